@@ -30,9 +30,24 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["DistributedBackend", "request_id"]
+__all__ = ["DistributedBackend", "request_id", "make_state"]
 
 logger = logging.getLogger(__name__)
+
+
+def make_state() -> Any:
+    """The accelerate ``PartialState`` of this process (gloo on CPU when no GPU, or under ``--cpu``).
+
+    accelerate only starts a CPU process group when asked for CPU explicitly; without a GPU
+    there is nothing else to use, so CPU is requested then.
+    """
+    import os
+
+    import torch
+    from accelerate import PartialState
+
+    use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()
+    return PartialState(cpu=use_cpu)
 
 
 def request_id(request: Request | Result) -> tuple[str, str, int]:
@@ -79,9 +94,7 @@ class DistributedBackend:
     def state(self) -> Any:
         """The accelerate ``PartialState`` in use."""
         if self._state is None:
-            from accelerate import PartialState
-
-            self._state = PartialState()
+            self._state = make_state()
         return self._state
 
     @property
