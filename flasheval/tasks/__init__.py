@@ -12,7 +12,14 @@ See ``docs/tasks.md`` for the prompt and scoring conventions.
 """
 
 from flasheval.scoring import ExampleScore, score_example
-from flasheval.tasks._formats import Example, TaskFile, load_examples, parse_examples, resolve_task_file
+from flasheval.tasks._formats import (
+    Example,
+    TaskFile,
+    load_examples,
+    load_task_file,
+    parse_examples,
+    resolve_task_file,
+)
 from flasheval.tasks._heldout import heldout_requests
 from flasheval.tasks._prompts import (
     PromptPlan,
@@ -48,6 +55,7 @@ __all__ = [
     "heldout_requests",
     "load_examples",
     "load_suite",
+    "load_task_file",
     "parse_examples",
     "plan_prompts",
     "resolve_task_file",

@@ -19,7 +19,7 @@ from typing import Any
 from flasheval.errors import InputError
 from flasheval.tasks._suites import TaskSpec
 
-__all__ = ["Example", "load_examples", "parse_examples", "resolve_task_file", "TaskFile"]
+__all__ = ["Example", "load_examples", "load_task_file", "parse_examples", "resolve_task_file", "TaskFile"]
 
 # GPQA asks that its questions not appear online as plain text, so DCLM ships them in a zip whose
 # password is published in GPQA's own README and DCLM's eval script; we only read it.
@@ -129,7 +129,7 @@ def _lines(data: bytes, where: str) -> Iterator[tuple[int, str]]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InputError(f"not valid UTF-8 (byte {exc.start})", path=where, line=number) from None
+            raise InputError(f"not valid UTF-8 (byte {exc.start + 1} of the line)", path=where, line=number) from None
         if text.strip():
             yield number, text
 
@@ -216,4 +216,9 @@ def load_examples(spec: TaskSpec, task_dir: str | Path) -> tuple[Example, ...]:
     if source is None:
         status = " (no copy of this file is known to be available)" if spec.data_status == "missing" else ""
         raise InputError(f"task {spec.name!r}: data file {spec.dataset_uri!r} not found{status}", path=task_dir)
+    return load_task_file(spec, source)
+
+
+def load_task_file(spec: TaskSpec, source: TaskFile) -> tuple[Example, ...]:
+    """Read and validate ``spec``'s examples from a file found by :func:`resolve_task_file`."""
     return parse_examples(spec, _read_bytes(source), where=str(source))
