@@ -42,7 +42,7 @@ def heldout_requests(path: str | Path, *, task_name: str = "heldout") -> tuple[R
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", path=where) from None
     except UnicodeDecodeError as exc:
-        raise InputError(f"not valid UTF-8 (byte {exc.start})", path=where) from None
+        raise InputError(f"not valid UTF-8 (byte {exc.start + 1})", path=where) from None
     is_jsonl = where.endswith((".jsonl", ".json")) or text.lstrip().startswith("{")
     documents = _jsonl_documents(text, where) if is_jsonl else ([(1, text)] if text.strip() else [])
     if not documents:

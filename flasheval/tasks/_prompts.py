@@ -98,9 +98,10 @@ def _render(plan: PromptPlan, example: Example, *, preceded: bool, with_answer: 
     spec = plan.spec
     if spec.icl_type == "schema":
         # Few-shot schema examples show the gold context option, the delimiter and the continuation.
+        # (llm-foundry puts question_prelimiter before the example delimiter here.)
         text = example.choices[example.gold or 0]
         text = f"{spec.example_delimiter}{text}" if preceded else text
-        return f"{text}{spec.continuation_delimiter}{example.continuation}"
+        return f"{spec.question_prelimiter}{text}{spec.continuation_delimiter}{example.continuation}"
     body = example.query if spec.icl_type == "multiple_choice" else example.context
     text = f"{spec.question_prelimiter}{body}"
     if preceded:

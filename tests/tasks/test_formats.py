@@ -74,6 +74,7 @@ def test_examples_are_stripped_like_llm_foundry(tmp_path: Path) -> None:
     assert (second.example_id, second.line, second.category) == ("000001", 3, "x")
 
 
+@pytest.mark.slow
 def test_every_real_task_file_loads_with_the_documented_count(task_dir: Path) -> None:
     with (task_dir / "tasks.csv").open(newline="", encoding="utf-8") as handle:
         expected = {row["label"]: row for row in csv.DictReader(handle)}
