@@ -110,3 +110,17 @@ def test_incomplete_suite_is_refused_without_partial(tmp_path: Path, capsys: pyt
 def test_missing_scores_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["aggregate", "--suite", "dclm-core", "--scores", str(tmp_path / "no.csv")]) == 1
     assert capsys.readouterr().err == f"flasheval: error: {tmp_path / 'no.csv'}: file not found\n"
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("s.csv", b"model,copa\nm\xe9,0.5\n", "cannot read as CSV: 'utf-8' codec can't decode byte 0xe9"),
+    ("s.csv.gz", b"not gzip", "cannot read as CSV: Not a gzipped file"),
+    ("s.csv", b"", "cannot read as CSV: No columns to parse from file"),
+])
+def test_unreadable_score_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: bytes,
+                                message: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert cli.main(["aggregate", "--suite", "dclm-core", "--scores", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"flasheval: error: {path}: {message}") and err.count("\n") == 1
