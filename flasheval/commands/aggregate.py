@@ -6,13 +6,15 @@ import argparse
 import math
 import sys
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from flasheval.errors import InputError
 from flasheval.records import atomic_write_text
 from flasheval.scoring import suite_aggregate
 from flasheval.tasks import Suite, load_suite, suite_names
+
+if TYPE_CHECKING:  # pandas is imported when the command runs, so `flasheval --help` stays fast
+    import pandas as pd
 
 __all__ = ["register", "run", "read_scores", "aggregate_table"]
 
@@ -39,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def read_scores(path: Path) -> tuple[str, pd.DataFrame]:
     """Read a score table; returns the id column's name and the table indexed by it."""
+    import pandas as pd
+
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
@@ -79,6 +83,8 @@ def _column(suite: Suite, task: str, table: pd.DataFrame) -> str | None:
 
 def aggregate_table(table: pd.DataFrame, suite: Suite, *, path: Path, baselines: str, partial: bool) -> pd.DataFrame:
     """Per-model aggregate of ``suite``: columns ``<suite>``, ``<suite>_n_tasks``, ``<suite>_missing``."""
+    import pandas as pd
+
     columns = {task: _column(suite, task, table) for task in suite.task_names}
     rows, incomplete = [], []
     for position, (model_id, row) in enumerate(table.iterrows()):
@@ -106,6 +112,8 @@ def aggregate_table(table: pd.DataFrame, suite: Suite, *, path: Path, baselines:
 
 def run(args: argparse.Namespace) -> int:
     """Compute the requested suites' aggregates and write them as CSV."""
+    import pandas as pd
+
     suites = [load_suite(name) for name in args.suite]
     id_column, table = read_scores(args.scores)
     parts = [aggregate_table(table, s, path=args.scores, baselines=args.baselines, partial=args.partial)
