@@ -5,7 +5,7 @@ or ``<repo root>/../shared/data/tasks``) and writes one ``tasks.yaml`` with ever
 (file, icl type, shots, delimiters, categories, the three random baselines) and one YAML per suite.
 Every number records the config file it was converted from. The package reads only the YAMLs.
 
-Usage: ``python scripts/build_suites.py [TASKS_DIR]``
+Usage: ``python scripts/build_suites.py [TASKS_DIR [OUT_DIR]]`` (OUT_DIR defaults to the package's suites folder).
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ def _task_entry(label: str, cfg: dict, row: dict, base: dict[str, dict[str, floa
 
 def main(argv: list[str]) -> int:
     src = _tasks_dir(argv)
+    out_dir = Path(argv[2]) if len(argv) > 2 else OUT_DIR
     cfg_dir = src / "configs"
     heavy = _icl_tasks(cfg_dir / "dclm" / "heavy.yaml")
     core_cfg = _icl_tasks(cfg_dir / "dclm" / "mmlu_and_lowvar.yaml")
@@ -113,7 +114,7 @@ def main(argv: list[str]) -> int:
         "defaults": "llm-foundry 0.9.0: continuation_delimiter=' ', example_delimiter='\\n', prompt_string='', "
         "question_prelimiter='', cot_delimiter='', no early stopping",
     }
-    _dump(OUT_DIR / "tasks.yaml", {"provenance": provenance, "tasks": tasks})
+    _dump(out_dir / "tasks.yaml", {"provenance": provenance, "tasks": tasks})
 
     gadre_alias = {"mmlu_fewshot": "mmlu"}
     suites = {
@@ -133,7 +134,7 @@ def main(argv: list[str]) -> int:
         unknown = [m for m in members if m not in tasks]
         if unknown:
             raise SystemExit(f"suite {name}: unknown tasks {unknown}")
-        _dump(OUT_DIR / f"{name}.yaml", {
+        _dump(out_dir / f"{name}.yaml", {
             "name": name,
             "description": description,
             "aggregate": aggregate,
@@ -141,7 +142,7 @@ def main(argv: list[str]) -> int:
             "column_aliases": {m: a for m, a in aliases.items() if m in members},
             "provenance": prov + (f"; label map {lists['_provenance']['label_map_gadre_to_dclm']}" if aliases else ""),
         })
-    print(f"wrote {len(suites) + 1} files to {OUT_DIR}")
+    print(f"wrote {len(suites) + 1} files to {out_dir}")
     return 0
 
 
