@@ -51,11 +51,15 @@ class LoglikelihoodRequest:
     """Text the model conditions on (few-shot prefix included)."""
     continuation: str
     """Text whose log-likelihood is measured."""
+    fewshot_ids: tuple[str, ...] = ()
+    """Example ids of the few-shot examples in ``context`` (provenance only; not part of ``key``)."""
 
     def __post_init__(self) -> None:
         _check_ids(self.task_name, self.example_id)
         if self.choice_index < 0:
             raise ValueError(f"choice_index must be >= 0, got {self.choice_index}")
+        if not isinstance(self.fewshot_ids, tuple):
+            raise TypeError("fewshot_ids must be a tuple")
         if not self.continuation:
             raise ValueError(f"empty continuation for {self.task_name}/{self.example_id}")
 
@@ -102,11 +106,15 @@ class GenerationRequest:
     stop_sequences: tuple[str, ...] = ()
     """Generation is cut at the first occurrence of any of these (the stop text excluded)."""
     max_new_tokens: int = 256
+    fewshot_ids: tuple[str, ...] = ()
+    """Example ids of the few-shot examples in ``context`` (provenance only; not part of ``key``)."""
 
     def __post_init__(self) -> None:
         _check_ids(self.task_name, self.example_id)
         if not isinstance(self.stop_sequences, tuple):
             raise TypeError("stop_sequences must be a tuple")
+        if not isinstance(self.fewshot_ids, tuple):
+            raise TypeError("fewshot_ids must be a tuple")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
