@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.errors import InputError
+from flasheval.records import atomic_write_text, write_record
 
 __all__ = ["register", "run"]
 
@@ -56,7 +57,7 @@ def _task_names(text: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Run ``flasheval evaluate``."""
     from flasheval import evaluation
-    from flasheval.backends import CachedBackend, DistributedBackend, ResultStore, open_backend, parse_model_spec
+    from flasheval.backends import open_backend, parse_model_spec
     from flasheval.backends.distributed import make_state
 
     spec = parse_model_spec(args.model)
@@ -73,19 +74,7 @@ def run(args: argparse.Namespace) -> int:
     prefix_space = getattr(backend, "prefix_space", True)
     per_task = {s.spec.name: evaluation.task_requests(s, seed=args.seed, prefix_space=prefix_space) for s in selections}
     flat = [(task, example_id, r) for task, by_id in per_task.items() for example_id, rs in by_id.items() for r in rs]
-    store_dir = args.store or args.output / "store"
-    store = ResultStore(store_dir, fingerprint=backend.fingerprint) if state.is_main_process else None
-    state.wait_for_everyone()  # the main process opens (and repairs) the store before anyone reads it
-    if store is None:
-        store = ResultStore(store_dir, fingerprint=backend.fingerprint, writer=False)
-    engine = CachedBackend(DistributedBackend(backend, state=state, progress=True), store)
-    n_stored = sum(store.get(r.key) is not None for _, _, r in flat)
-    started = time.perf_counter()
-    try:
-        results = evaluation.score_requests(engine, [r for _, _, r in flat])
-    finally:
-        store.close()
-    elapsed = time.perf_counter() - started
+    results, counts = _score(backend, [r for _, _, r in flat], args.store or args.output / "store", state)
     if not state.is_main_process:
         return 0
     by_example: dict[str, dict[str, list[Any]]] = {task: {} for task in per_task}
@@ -94,9 +83,8 @@ def run(args: argparse.Namespace) -> int:
     records, scores = [], {}
     for selection in selections:
         name = selection.spec.name
-        task_records, scores[name] = evaluation.example_records(
-            selection, per_task[name], {k: tuple(v) for k, v in by_example[name].items()}
-        )
+        answers = {k: tuple(v) for k, v in by_example[name].items()}
+        task_records, scores[name] = evaluation.example_records(selection, per_task[name], answers)
         records.extend(task_records)
     accuracy = evaluation.accuracies(selections, scores)
     examples_path = _write_examples(records, args.output, args.format)
@@ -109,24 +97,43 @@ def run(args: argparse.Namespace) -> int:
         "tasks": {s.spec.name: {"n_examples": len(s.example_ids), "accuracy": accuracy[s.spec.name]} for s in selections},
         "n_examples": n_examples,
         "n_requests": len(flat),
-        "n_requests_from_store": n_stored,
-        "n_requests_computed": engine.n_computed,
-        "scoring_seconds": elapsed,
-        "examples_per_second": n_examples / elapsed if elapsed > 0 else None,
+        **counts,
+        "examples_per_second": n_examples / counts["scoring_seconds"] if counts["scoring_seconds"] > 0 else None,
         "world_size": state.num_processes,
         "examples_file": examples_path.name,
     }
-    from flasheval.records import write_record
-
     write_record(args.output / "summary.json", kind="evaluate", payload=payload)
     for selection in selections:
-        name = selection.spec.name
-        print(f"{name:32} n={len(selection.example_ids):5d}  accuracy={accuracy[name]:.4f}")
+        print(f"{selection.spec.name:32} n={len(selection.example_ids):5d}  accuracy={accuracy[selection.spec.name]:.4f}")
     print(
-        f"{n_examples} examples, {len(flat)} requests ({n_stored} from the store) in {elapsed:.1f}s "
-        f"on {state.num_processes} process(es); records: {examples_path}"
+        f"{n_examples} examples, {len(flat)} requests ({counts['n_requests_from_store']} from the store) in "
+        f"{counts['scoring_seconds']:.1f}s on {state.num_processes} process(es); records: {examples_path}"
     )
     return 0
+
+
+def _score(backend: Any, requests: list[Any], store_dir: Path, state: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Score through the store (main process writes) and the data-parallel runner."""
+    from flasheval import evaluation
+    from flasheval.backends import CachedBackend, DistributedBackend, ResultStore
+
+    store = ResultStore(store_dir, fingerprint=backend.fingerprint) if state.is_main_process else None
+    state.wait_for_everyone()  # the main process opens (and repairs) the store before anyone reads it
+    if store is None:
+        store = ResultStore(store_dir, fingerprint=backend.fingerprint, writer=False)
+    engine = CachedBackend(DistributedBackend(backend, state=state, progress=True), store)
+    n_stored = sum(store.get(r.key) is not None for r in requests)
+    started = time.perf_counter()
+    try:
+        results = evaluation.score_requests(engine, requests)
+    finally:
+        store.close()
+    counts = {
+        "n_requests_from_store": n_stored,
+        "n_requests_computed": engine.n_computed,
+        "scoring_seconds": time.perf_counter() - started,
+    }
+    return results, counts
 
 
 def _write_examples(records: list[Any], output: Path, fmt: str) -> Path:
@@ -135,8 +142,6 @@ def _write_examples(records: list[Any], output: Path, fmt: str) -> Path:
     rows = [dataclasses.asdict(r) for r in records]
     target = output / f"examples.{fmt}"
     if fmt == "jsonl":
-        from flasheval.records import atomic_write_text
-
         atomic_write_text(target, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         return target
     import pandas as pd
