@@ -9,7 +9,8 @@ Two laws, fitted separately per training set and chained for prediction:
 ``method="gadre2024"`` is the authors' procedure as their code runs it (unweighted least squares,
 SciPy's Levenberg-Marquardt, a grid of 128 starting points for Eq. (4) and SciPy's default start for
 Eq. (5), best fit = smallest residual sum of squares). ``method="huber"`` is ours, not the paper's: the
-same grid, but a Huber loss on log-residuals, so one off-trend run moves the fit less.
+same grid, then a Huber loss on log-residuals from the best least-squares optima, so one off-trend run
+moves the fit less.
 
 Intervals come from a case bootstrap over the fitted runs (:func:`bootstrap_loss_law`,
 :func:`bootstrap_error_law`): each replicate refits the law to runs drawn with replacement and the
@@ -59,6 +60,7 @@ _GRID_Q = (-0.1, -0.3)
 _GRID_E = (0.0, 1.0, 2.0, 10.0)
 _MAXFEV = 10_000
 _HUBER_DELTA = 1e-3  # on log-loss residuals; ours (the paper uses no Huber loss)
+_HUBER_N_STARTS = 8
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -239,8 +241,8 @@ def _fit_raw_once(n: FloatArray, md: FloatArray, loss: FloatArray, start: FloatA
                 raw = result.x
         except (RuntimeError, ValueError, FloatingPointError):
             return None
-    predicted = _raw_loss(n, md, *raw)
-    return raw if np.all(np.isfinite(raw)) and np.all(np.isfinite(predicted)) else None
+        finite = np.all(np.isfinite(raw)) and np.all(np.isfinite(_raw_loss(n, md, *raw)))
+    return raw if finite else None
 
 
 def _objective(residuals: FloatArray, loss: FloatArray, method: str) -> float:
@@ -250,18 +252,25 @@ def _objective(residuals: FloatArray, loss: FloatArray, method: str) -> float:
     return float(np.sum(np.where(r <= _HUBER_DELTA, 0.5 * r**2, _HUBER_DELTA * (r - 0.5 * _HUBER_DELTA))))
 
 
-def _best_loss_fit(n, md, loss, starts, method: str) -> LossLawFit | None:
-    best, best_objective = None, np.inf
+def _local_fits(n, md, loss, starts, method: str) -> list[tuple[float, FloatArray]]:
+    """(objective, raw parameters) of every start that converged, best first."""
+    fits = []
     for start in starts:
         raw = _fit_raw_once(n, md, loss, np.asarray(start, dtype=float), method)
-        if raw is None:
-            continue
-        residuals = _raw_loss(n, md, *raw) - loss
-        objective = _objective(residuals, loss, method)
-        if objective < best_objective:
-            best, best_objective = raw, objective
-    if best is None:
+        if raw is not None:
+            fits.append((_objective(_raw_loss(n, md, *raw) - loss, loss, method), raw))
+    return sorted(fits, key=lambda fit: fit[0])
+
+
+def _best_loss_fit(n, md, loss, method: str) -> LossLawFit | None:
+    fits = _local_fits(n, md, loss, itertools.product(_GRID_P1, _GRID_P2, _GRID_Q, _GRID_E), "gadre2024")
+    if method == "huber":
+        # Huber from the distinct least-squares optima (cheap) rather than the whole grid (slow to fail).
+        distinct = {tuple(np.round(raw, 6)): raw for _, raw in fits[:_HUBER_N_STARTS * 4]}
+        fits = _local_fits(n, md, loss, list(distinct.values())[:_HUBER_N_STARTS], "huber")
+    if not fits:
         return None
+    best = fits[0][1]
     E, a, b, eta = _raw_to_named(best)
     residuals = _raw_loss(n, md, *best) - loss
     return LossLawFit(E=E, a=a, b=b, eta=eta, residuals=tuple(map(float, residuals)), method=method)
@@ -275,7 +284,8 @@ def fit_loss_law(
     ``method="gadre2024"`` runs the authors' procedure: SciPy ``curve_fit`` (Levenberg-Marquardt,
     unweighted least squares on raw loss, ``maxfev=10000``) from each of their 128 starting points, in
     their parameterisation ``p1 N^q + p2 6^(q/2) D^q + E``, keeping the smallest residual sum of squares.
-    ``method="huber"`` (ours) minimises a Huber loss (delta 1e-3) of log-loss residuals from the same starts.
+    ``method="huber"`` (ours) minimises a Huber loss (delta 1e-3) of log-loss residuals, started from the
+    best distinct least-squares optima of that grid.
 
     Raises
     ------
@@ -295,7 +305,7 @@ def fit_loss_law(
     pts = _validated_points(len(LOSS_LAW_PARAMETERS), compute=compute, multiplier=multiplier, loss=loss)
     n = np.sqrt(pts["compute"] / (6.0 * pts["multiplier"]))
     md = n * pts["multiplier"]
-    fit = _best_loss_fit(n, md, pts["loss"], itertools.product(_GRID_P1, _GRID_P2, _GRID_Q, _GRID_E), method)
+    fit = _best_loss_fit(n, md, pts["loss"], method)
     if fit is None:
         raise FitError(f"loss-law fit did not converge from any of the {128} starting points")
     return fit
@@ -312,7 +322,8 @@ def _error_once(loss: FloatArray, error: FloatArray, start: FloatArray) -> Float
             params, _ = curve_fit(model, loss, error, p0=start, maxfev=_MAXFEV)
         except (RuntimeError, ValueError, FloatingPointError):
             return None
-    return params if np.all(np.isfinite(params)) and np.all(np.isfinite(model(loss, *params))) else None
+        finite = np.all(np.isfinite(params)) and np.all(np.isfinite(model(loss, *params)))
+    return params if finite else None
 
 
 def fit_error_law(loss: npt.ArrayLike, error: npt.ArrayLike) -> ErrorLawFit:
