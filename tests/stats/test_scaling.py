@@ -165,3 +165,12 @@ def test_paper_relative_errors_reproduced_within_0_1_pp(shared_dir):
     headline = {(r["dataset"], r["run"], r["quantity"]): r["ours_pct"] for r in rows}
     assert headline[("RedPajama", "1.4B M=640", "loss")] == pytest.approx(0.7103, abs=5e-5)  # notebook output
     assert headline[("RedPajama", "6.9B M=20", "err_avg17")] == pytest.approx(0.0464, abs=5e-5)
+
+
+def test_docstring_examples_hold():
+    import doctest
+
+    import flasheval.stats.scaling as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 8 and result.failed == 0
