@@ -188,6 +188,9 @@ def _paired(loss_boot: BootstrapFits, err_boot: BootstrapFits) -> tuple[dict, di
 
 def _quantity_rows(dataset, targets, quantity, point, low, high, actual, in_fit) -> list[dict]:
     rows = []
+    if not np.all(np.isfinite(point)):
+        bad = targets[int(np.flatnonzero(~np.isfinite(point))[0])][0]
+        raise FitError(f"the fitted {quantity} law gives no finite prediction for run {bad!r}")
     for j, (model_id, compute, multiplier, _row) in enumerate(targets):
         known = actual[j] is not None and np.isfinite(actual[j])
         rows.append({
