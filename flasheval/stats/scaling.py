@@ -353,21 +353,26 @@ def fit_error_law(loss: npt.ArrayLike, error: npt.ArrayLike) -> ErrorLawFit:
     return ErrorLawFit(epsilon=epsilon, k=k, gamma=gamma, residuals=tuple(map(float, residuals)))
 
 
-def _resample_indices(n_runs: int, n_parameters: int, n_resamples: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
-    """``n_resamples`` rows of run indices drawn with replacement, each with >= ``n_parameters`` distinct runs.
+def _resample_indices(
+    n_runs: int, n_parameters: int, n_resamples: int, rng: np.random.Generator, groups: FloatArray | None = None
+) -> npt.NDArray[np.int64]:
+    """``n_resamples`` rows of run indices drawn with replacement that can still identify the law.
 
-    A resample with fewer distinct runs cannot identify the law, so it is drawn again (the bootstrap
-    is conditional on identifiability; with few runs this narrows the distribution, see docs/scaling.md).
+    A row is kept when it has at least ``n_parameters`` distinct runs and, if ``groups`` (per-run
+    labels, e.g. token multipliers) has several values, at least two of them: with one multiplier
+    Eq. (4) cannot separate ``a`` from ``b``. Other rows are drawn again, so the bootstrap is
+    conditional on identifiability (see docs/scaling.md).
     """
     kept: list[npt.NDArray[np.int64]] = []
     n_kept = 0
     while n_kept < n_resamples:
         draw = rng.integers(0, n_runs, size=(max(2 * n_resamples, 64), n_runs))
         ordered = np.sort(draw, axis=1)
-        n_distinct = 1 + np.count_nonzero(np.diff(ordered, axis=1), axis=1)
-        good = draw[n_distinct >= n_parameters]
-        kept.append(good)
-        n_kept += len(good)
+        ok = 1 + np.count_nonzero(np.diff(ordered, axis=1), axis=1) >= n_parameters
+        if groups is not None and np.ptp(groups) > 0:
+            ok &= np.ptp(groups[draw], axis=1) > 0
+        kept.append(draw[ok])
+        n_kept += int(ok.sum())
     return np.concatenate(kept)[:n_resamples]
 
 
@@ -378,12 +383,13 @@ def _bootstrap(
     *,
     n_resamples: int,
     rng: np.random.Generator | int | None,
+    groups: FloatArray | None = None,
 ) -> BootstrapFits:
     if n_resamples < 1:
         raise FitError(f"n_resamples must be at least 1, got {n_resamples}")
     generator = np.random.default_rng(rng)
     rows = []
-    for index in _resample_indices(n_runs, len(names), n_resamples, generator):
+    for index in _resample_indices(n_runs, len(names), n_resamples, generator, groups):
         params = refit(index)  # one small nonlinear fit per replicate: not vectorizable
         if params is not None:
             rows.append(params)
@@ -404,6 +410,9 @@ def bootstrap_loss_law(
     rng: np.random.Generator | int | None = None,
 ) -> BootstrapFits:
     """Refit Eq. (4) on resamples (with replacement) of the fitted runs.
+
+    A resample must hold at least 4 distinct runs and two token multipliers when the fitted runs have
+    several (otherwise ``a`` and ``b`` are not identified); others are drawn again.
 
     Each replicate starts from the full-data ``fit`` (one local fit, not the 128-start grid, so a
     thousand replicates take seconds) and uses the same method. Returns parameters in
@@ -426,7 +435,7 @@ def bootstrap_loss_law(
         raw = _fit_raw_once(n[index], md[index], pts["loss"][index], start, fit.method)
         return None if raw is None else np.array(_raw_to_named(raw))
 
-    return _bootstrap(refit, len(n), LOSS_LAW_PARAMETERS, n_resamples=n_resamples, rng=rng)
+    return _bootstrap(refit, len(n), LOSS_LAW_PARAMETERS, n_resamples=n_resamples, rng=rng, groups=pts["multiplier"])
 
 
 def bootstrap_error_law(
