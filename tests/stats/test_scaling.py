@@ -174,3 +174,13 @@ def test_docstring_examples_hold():
 
     result = doctest.testmod(module)
     assert result.attempted >= 8 and result.failed == 0
+
+
+def test_resamples_keep_enough_runs_and_two_multipliers():
+    from flasheval.stats.scaling import _resample_indices
+
+    index = _resample_indices(5, 4, 500, np.random.default_rng(0), DESIGN_M)
+    assert index.shape == (500, 5)
+    assert all(len(set(row)) >= 4 for row in index.tolist())
+    assert np.all(np.ptp(DESIGN_M[index], axis=1) > 0)  # the single M=320 run is in every resample
+    assert len({tuple(row) for row in index.tolist()}) > 100  # still random
