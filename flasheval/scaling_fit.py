@@ -22,7 +22,9 @@ from flasheval.scaling_io import RunsTable
 from flasheval.stats.scaling import (
     LOSS_FIT_METHODS,
     BootstrapFits,
+    ErrorLawFit,
     FitError,
+    LossLawFit,
     bootstrap_error_law,
     bootstrap_loss_law,
     error_law,
@@ -38,6 +40,7 @@ __all__ = ["ScalingFitOptions", "PredictTarget", "parse_predict_target", "scalin
 logger = logging.getLogger(__name__)
 
 _N_CURVE_POINTS = 60
+_Target = tuple[str, float, float, int | None]  # model_id, compute, multiplier, table row
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,7 +141,7 @@ def _curve(xs: npt.NDArray[np.float64], point: npt.NDArray[np.float64], replicat
     return {"x": xs.tolist(), "predicted": point.tolist(), "low": low.tolist(), "high": high.tolist()}
 
 
-def _fit_dataset(table: RunsTable, dataset: str | None, targets: list[tuple[str, float, float, int | None]],
+def _fit_dataset(table: RunsTable, dataset: str | None, targets: list[_Target],
                  options: ScalingFitOptions, rng: np.random.Generator) -> tuple[dict, list[dict]]:
     """Fit one training dataset's laws; return its fit entry and its predictions."""
     label = "all runs" if dataset is None else f"dataset {dataset!r}"
@@ -186,7 +189,9 @@ def _paired(loss_boot: BootstrapFits, err_boot: BootstrapFits) -> tuple[dict, di
     return ({k: v[:n] for k, v in loss_boot.columns().items()}, {k: v[:n] for k, v in err_boot.columns().items()})
 
 
-def _quantity_rows(dataset, targets, quantity, point, low, high, actual, in_fit) -> list[dict]:
+def _quantity_rows(dataset: str | None, targets: list[_Target], quantity: str, point: npt.NDArray[np.float64],
+                   low: npt.NDArray[np.float64], high: npt.NDArray[np.float64], actual: list[float | None],
+                   in_fit: set[str]) -> list[dict]:
     rows = []
     if not np.all(np.isfinite(point)):
         bad = targets[int(np.flatnonzero(~np.isfinite(point))[0])][0]
@@ -203,7 +208,10 @@ def _quantity_rows(dataset, targets, quantity, point, low, high, actual, in_fit)
     return rows
 
 
-def _predict(table, dataset, targets, loss_fit, loss_boot, err_fit, err_boot, entry, options) -> list[dict]:
+def _predict(table: RunsTable, dataset: str | None, targets: list[_Target], loss_fit: LossLawFit,
+             loss_boot: BootstrapFits, err_fit: ErrorLawFit | None, err_boot: BootstrapFits | None, entry: dict,
+             options: ScalingFitOptions) -> list[dict]:
+    """Predictions (with intervals, actual values, relative errors) and the curves, stored into ``entry``."""
     cl = options.confidence_level
     compute = np.array([t[1] for t in targets])
     multiplier = np.array([t[2] for t in targets])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,7 +69,15 @@ class FitError(FlashevalError):
     """A scaling-law fit that cannot be done or did not converge (too few runs, bad values, no optimum)."""
 
 
-def loss_law(compute: npt.ArrayLike, multiplier: npt.ArrayLike, *, E, a, b, eta) -> FloatArray:
+def loss_law(
+    compute: npt.ArrayLike,
+    multiplier: npt.ArrayLike,
+    *,
+    E: npt.ArrayLike,
+    a: npt.ArrayLike,
+    b: npt.ArrayLike,
+    eta: npt.ArrayLike,
+) -> FloatArray:
     """Eq. (4) of Gadre et al.: ``E + (a M^eta + b M^-eta) C^-eta``.
 
     Parameters may be arrays (one entry per bootstrap replicate); they broadcast against the points
@@ -88,7 +96,7 @@ def loss_law(compute: npt.ArrayLike, multiplier: npt.ArrayLike, *, E, a, b, eta)
     return E + (a * m**eta + b * m ** (-eta)) * c ** (-eta)
 
 
-def error_law(loss: npt.ArrayLike, *, epsilon, k, gamma) -> FloatArray:
+def error_law(loss: npt.ArrayLike, *, epsilon: npt.ArrayLike, k: npt.ArrayLike, gamma: npt.ArrayLike) -> FloatArray:
     """Eq. (5) of Gadre et al.: ``epsilon - k exp(-gamma L)``; 1-d parameters broadcast as replicates.
 
     Examples
@@ -252,7 +260,9 @@ def _objective(residuals: FloatArray, loss: FloatArray, method: str) -> float:
     return float(np.sum(np.where(r <= _HUBER_DELTA, 0.5 * r**2, _HUBER_DELTA * (r - 0.5 * _HUBER_DELTA))))
 
 
-def _local_fits(n, md, loss, starts, method: str) -> list[tuple[float, FloatArray]]:
+def _local_fits(
+    n: FloatArray, md: FloatArray, loss: FloatArray, starts: Iterable[Sequence[float]], method: str
+) -> list[tuple[float, FloatArray]]:
     """(objective, raw parameters) of every start that converged, best first."""
     fits = []
     for start in starts:
@@ -262,7 +272,7 @@ def _local_fits(n, md, loss, starts, method: str) -> list[tuple[float, FloatArra
     return sorted(fits, key=lambda fit: fit[0])
 
 
-def _best_loss_fit(n, md, loss, method: str) -> LossLawFit | None:
+def _best_loss_fit(n: FloatArray, md: FloatArray, loss: FloatArray, method: str) -> LossLawFit | None:
     fits = _local_fits(n, md, loss, itertools.product(_GRID_P1, _GRID_P2, _GRID_Q, _GRID_E), "gadre2024")
     if method == "huber":
         # Huber from the distinct least-squares optima (cheap) rather than the whole grid (slow to fail).
