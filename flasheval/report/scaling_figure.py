@@ -3,7 +3,7 @@
 One row per training dataset: left, loss against compute (log axis) with one curve per token
 multiplier; right (when an error law was fitted), average top-1 error against loss. Fitted runs are
 filled circles, predicted runs are stars with their interval as an error bar, and a predicted run's
-measured value (when known) is a hollow square. Pure: payload in, Figure out (Agg backend).
+measured value (when known) is a hollow square (in the error panel, at the run's measured loss). Pure: payload in, Figure out (Agg backend).
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ def _predictions(payload: dict, dataset: str | None, quantity: str) -> list[dict
     return [p for p in payload["predictions"] if p["dataset"] == dataset and p["quantity"] == quantity]
 
 
-def _draw_predictions(ax: Axes, preds: list[dict], x_key: str) -> None:
+def _draw_predictions(ax: Axes, preds: list[dict], x_key: str, actual_x_key: str | None = None) -> None:
     for p in preds:
         x = p[x_key]
+        actual_x = x if actual_x_key is None else p[actual_x_key]
         ax.errorbar([x], [p["predicted"]], yerr=[[p["predicted"] - p["low"]], [p["high"] - p["predicted"]]],
                     fmt="*", markersize=12, color="crimson", capsize=3, zorder=4)
-        if p["actual"] is not None:
-            ax.plot([x], [p["actual"]], "s", mfc="none", mec="black", markersize=8, zorder=5)
+        if p["actual"] is not None and actual_x is not None:
+            ax.plot([actual_x], [p["actual"]], "s", mfc="none", mec="black", markersize=8, zorder=5)
         ax.annotate(p["model_id"], (x, p["predicted"]), textcoords="offset points", xytext=(5, 5), fontsize=7)
 
 
@@ -59,9 +60,11 @@ def _error_panel(ax: Axes, fit: dict, payload: dict) -> None:
     ax.fill_between(curve["x"], curve["low"], curve["high"], color="C0", alpha=0.15, linewidth=0)
     runs = fit["error_law"]["fit_runs"]
     ax.plot([r["loss"] for r in runs], [r["error"] for r in runs], "o", color="black", label="fitted runs")
-    losses = {p["model_id"]: p["predicted"] for p in _predictions(payload, fit["dataset"], "loss")}
-    preds = [dict(p, loss=losses[p["model_id"]]) for p in _predictions(payload, fit["dataset"], "error")]
-    _draw_predictions(ax, preds, "loss")
+    # A predicted run sits at its predicted loss; its measured error at its measured loss (if known).
+    losses = {p["model_id"]: p for p in _predictions(payload, fit["dataset"], "loss")}
+    preds = [dict(p, loss=losses[p["model_id"]]["predicted"], actual_loss=losses[p["model_id"]]["actual"])
+             for p in _predictions(payload, fit["dataset"], "error")]
+    _draw_predictions(ax, preds, "loss", "actual_loss")
     ax.set_xlabel(f"loss ({payload['loss_column']})")
     ax.set_ylabel(f"avg top-1 error ({'+'.join(fit['error_law']['columns'])})")
     ax.set_title("error law", fontsize=9)
