@@ -10,6 +10,9 @@ boolean flags (e.g. which runs a paper fitted). Accepted files:
   ``losses`` and ``errors`` objects of a run are merged into it, so ``evaluate`` records that carry
   ``model_id``, ``params`` and ``tokens`` can be given as they are.
 
+Several files are merged by model id (a run's scale in one file, its loss or errors in others); a
+value given twice must agree.
+
 Column names accepted for the three required fields are listed in :data:`COLUMN_ALIASES`. Every
 problem is one :class:`~flasheval.errors.InputError` naming the file, line (CSV) and field.
 """
@@ -147,25 +150,86 @@ def _read_frame(path: Path) -> tuple[pd.DataFrame, int | None]:
     raise InputError("unknown runs file type", path=path, allowed=(".csv", ".csv.gz", ".parquet", ".json"))
 
 
-def _find_column(frame: pd.DataFrame, key: str, path: Path, *, required: bool) -> str | None:
-    for alias in COLUMN_ALIASES[key]:
-        if alias in frame.columns:
-            return alias
-    if required:
-        raise InputError(f"missing column (accepted names: {', '.join(COLUMN_ALIASES[key])})", path=path, field=key)
-    return None
+def _find_column(frame: pd.DataFrame, key: str) -> str | None:
+    return next((alias for alias in COLUMN_ALIASES[key] if alias in frame.columns), None)
 
 
-def _positive(frame: pd.DataFrame, column: str, path: Path, first_line: int | None) -> npt.NDArray[np.float64]:
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-    bad = np.flatnonzero(~np.isfinite(values) | (values <= 0))
-    if len(bad):
-        i = int(bad[0])
-        line = None if first_line is None else first_line + i
-        where = "" if first_line is not None else f" (run {frame.iloc[i].get('model_id', i)!s})"
-        raise InputError(f"must be a positive number, got {frame[column].iloc[i]!r}{where}", path=path, line=line,
-                         field=column)
-    return values
+def _file_rows(path: Path) -> list[tuple[dict[str, Any], tuple[str, int | None]]]:
+    """The file's runs as dicts with the canonical names, each with its (file, line)."""
+    frame, first_line = _read_frame(path)
+    if frame.empty:
+        raise InputError("runs table has no rows", path=path)
+    id_col = _find_column(frame, "model_id")
+    if id_col is None:
+        raise InputError(f"missing column (accepted names: {', '.join(COLUMN_ALIASES['model_id'])})", path=path,
+                         field="model_id")
+    rename = {col: key for key in COLUMN_ALIASES if (col := _find_column(frame, key)) is not None}
+    rows = frame.rename(columns=rename).to_dict("records")
+    return [(row, (str(path), None if first_line is None else first_line + i)) for i, row in enumerate(rows)]
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and not np.isfinite(value)) or (
+        not isinstance(value, (list, dict, tuple)) and bool(pd.isna(value)))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if _is_number(a) and _is_number(b):
+        return bool(np.isclose(float(a), float(b), rtol=1e-9, atol=0.0))
+    return a == b
+
+
+def _merge(paths: Sequence[Path]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, tuple[str, int | None]]]]:
+    """Runs by model id, merged across files (a later file may add columns, never contradict one)."""
+    runs: dict[str, dict[str, Any]] = {}
+    where: dict[str, dict[str, tuple[str, int | None]]] = {}
+    for path in paths:
+        seen: set[str] = set()
+        for row, source in _file_rows(path):
+            model_id = str(row.pop("model_id"))
+            if model_id in seen:
+                raise InputError(f"duplicate run {model_id!r}", path=source[0], line=source[1], field="model_id")
+            seen.add(model_id)
+            run, run_where = runs.setdefault(model_id, {}), where.setdefault(model_id, {"": source})
+            for key, value in row.items():
+                if _missing(value) or isinstance(value, (list, dict, tuple)):
+                    continue
+                if key in run and not _same(run[key], value):
+                    raise InputError(f"run {model_id!r}: {value!r} contradicts {run[key]!r} read before",
+                                     path=source[0], line=source[1], field=str(key))
+                run[key], run_where[key] = value, source
+    return runs, where
+
+
+def _positive_value(run: dict[str, Any], key: str, model_id: str, source: tuple[str, int | None]) -> float:
+    value = run.get(key)
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = float("nan")
+    if value is None or not np.isfinite(number) or number <= 0:
+        got = "no value" if value is None else f"got {value!r}"
+        raise InputError(f"run {model_id!r}: must be a positive number, {got} "
+                         f"(accepted names: {', '.join(COLUMN_ALIASES[key])})", path=source[0], line=source[1],
+                         field=key)
+    return number
+
+
+def _columns(runs: list[dict[str, Any]]) -> tuple[dict[str, npt.NDArray[np.float64]], dict[str, npt.NDArray[np.bool_]]]:
+    """Numeric columns (NaN where missing) and boolean columns (present in every run)."""
+    keys = dict.fromkeys(k for run in runs for k in run if k not in COLUMN_ALIASES)
+    values, flags = {}, {}
+    for key in keys:
+        present = [run[key] for run in runs if key in run]
+        if len(present) == len(runs) and all(isinstance(v, (bool, np.bool_)) for v in present):
+            flags[str(key)] = np.array(present, dtype=bool)
+        elif all(_is_number(v) for v in present):
+            values[str(key)] = np.array([float(run.get(key, np.nan)) for run in runs])
+    return values, flags
 
 
 def read_runs(path: str | PathLike[str]) -> RunsTable:
@@ -174,41 +238,25 @@ def read_runs(path: str | PathLike[str]) -> RunsTable:
 
 
 def read_runs_files(paths: Sequence[str | PathLike[str]]) -> RunsTable:
-    """Read and concatenate several runs files; the numeric and boolean columns are the union."""
+    """Read several runs files and merge them by model id.
+
+    A run may be spread over files (e.g. parameters and tokens in one, an ``evaluate`` record's loss
+    in another, ``flasheval aggregate`` output in a third); a value given twice must agree. After the
+    merge every run needs positive ``params`` and ``tokens``.
+    """
     if not paths:
         raise InputError("no runs file given", field="--runs")
-    ids: list[str] = []
-    params, tokens, datasets, sources = [], [], [], []
-    frames: list[pd.DataFrame] = []
-    for raw_path in paths:
-        path = Path(raw_path)
-        frame, first_line = _read_frame(path)
-        if frame.empty:
-            raise InputError("runs table has no rows", path=path)
-        id_col = _find_column(frame, "model_id", path, required=True)
-        ds_col = _find_column(frame, "dataset", path, required=False)
-        params.append(_positive(frame, _find_column(frame, "params", path, required=True), path, first_line))
-        tokens.append(_positive(frame, _find_column(frame, "tokens", path, required=True), path, first_line))
-        ids += [str(x) for x in frame[id_col]]
-        datasets += [None if ds_col is None or pd.isna(x) else str(x) for x in
-                     (frame[ds_col] if ds_col else [None] * len(frame))]
-        sources += [(str(path), None if first_line is None else first_line + i) for i in range(len(frame))]
-        frames.append(frame)
-    merged = pd.concat(frames, ignore_index=True, sort=False)
-    values, flags = {}, {}
-    for name in merged.columns:
-        column = merged[name]
-        if column.dropna().map(lambda v: isinstance(v, (bool, np.bool_))).all() and column.notna().all():
-            flags[str(name)] = column.to_numpy(dtype=bool)
-        elif pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
-            values[str(name)] = column.to_numpy(dtype=float)
+    runs, where = _merge([Path(p) for p in paths])
+    ids = list(runs)
+    params = [_positive_value(runs[i], "params", i, where[i].get("params", where[i][""])) for i in ids]
+    tokens = [_positive_value(runs[i], "tokens", i, where[i].get("tokens", where[i][""])) for i in ids]
+    values, flags = _columns([runs[i] for i in ids])
     return RunsTable(
         model_ids=tuple(ids),
-        params=np.concatenate(params),
-        tokens=np.concatenate(tokens),
-        datasets=tuple(datasets),
+        params=np.array(params),
+        tokens=np.array(tokens),
+        datasets=tuple(None if "dataset" not in runs[i] else str(runs[i]["dataset"]) for i in ids),
         values=values,
         flags=flags,
-        sources=tuple(sources),
+        sources=tuple(where[i][""] for i in ids),
     )
-

@@ -41,9 +41,9 @@ def test_parquet_and_json_record_and_list_concatenate(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("model_id,tokens\na,1e9\n", "field 'params': missing column"),
-        ("model_id,params,tokens\na,1e7,2e8\nb,1e8,0\n", "runs.csv:3: field 'tokens': must be a positive number"),
-        ("model_id,params,tokens\na,-1e7,2e8\n", "runs.csv:2: field 'params': must be a positive number"),
+        ("model_id,tokens\na,1e9\n", "runs.csv:2: field 'params': run 'a': must be a positive number, no value"),
+        ("model_id,params,tokens\na,1e7,2e8\nb,1e8,0\n", "runs.csv:3: field 'tokens': run 'b': must be a positive number, got 0"),
+        ("model_id,params,tokens\na,-1e7,2e8\n", "runs.csv:2: field 'params': run 'a': must be a positive number, got -1"),
         ("model_id,params,tokens\na,1e7,2e8\na,1e8,2e9\n", "runs.csv:3: field 'model_id': duplicate run 'a'"),
     ],
 )
@@ -63,3 +63,19 @@ def test_missing_file_unknown_type_and_unknown_run(tmp_path):
     (tmp_path / "runs.csv").write_text(CSV)
     with pytest.raises(UnknownNameError, match="unknown run 'zz'"):
         read_runs(tmp_path / "runs.csv").index_of("zz")
+
+
+def test_runs_spread_over_files_are_merged_by_model_id(tmp_path):
+    (tmp_path / "scale.csv").write_text("model_id,params,tokens,dataset\na,1e7,2e8,x\nb,1e8,2e9,x\n")
+    (tmp_path / "agg.csv").write_text("model,gadre-17\nb,0.61\na,0.72\n")  # `flasheval aggregate` style
+    write_record(tmp_path / "a.json", kind="evaluate", payload={"model_id": "a", "params": 1e7,
+                                                                 "metrics": {"loss_c4_val": 4.1}})
+    table = read_runs_files([tmp_path / "scale.csv", tmp_path / "agg.csv", tmp_path / "a.json"])
+    assert table.model_ids == ("a", "b")
+    np.testing.assert_allclose(table.values["gadre-17"], [0.72, 0.61])
+    assert table.values["loss_c4_val"][0] == 4.1 and np.isnan(table.values["loss_c4_val"][1])
+    write_record(tmp_path / "bad.json", kind="evaluate", payload={"model_id": "a", "params": 2e7})
+    with pytest.raises(InputError, match="field 'params': run 'a': 20000000.0 contradicts 10000000.0"):
+        read_runs_files([tmp_path / "scale.csv", tmp_path / "bad.json"])
+    with pytest.raises(InputError, match="agg.csv:2: field 'params': run 'b': must be a positive number, no value"):
+        read_runs_files([tmp_path / "agg.csv"])

@@ -22,7 +22,7 @@ __all__ = ["register", "run", "format_predictions"]
 logger = logging.getLogger(__name__)
 
 _DEFAULT_LOSS_COLUMNS = ("loss_c4_val", "loss")
-_DEFAULT_ERROR_COLUMNS = ("err_avg17", "err_avg46", "error", "err_avg")
+_DEFAULT_ERROR_COLUMNS = ("err_avg17", "gadre-17", "err_avg46", "gadre-46", "error", "err_avg")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--error-fit-column", metavar="COL", help="boolean column selecting error-law fit runs")
     fit.add_argument("--loss-column", metavar="COL", help="validation loss column (default: loss_c4_val or loss)")
     fit.add_argument("--error-column", metavar="COL[,COL...]",
-                     help="error column, or several to average (default: err_avg17, err_avg46 or error if present)")
+                     help="error column, or several to average (default: the first of err_avg17, gadre-17, err_avg46, "
+                          "gadre-46, error, err_avg present)")
     fit.add_argument("--no-error", action="store_true", help="fit and predict the loss only")
     fit.add_argument("--dataset", help="fit and predict only runs trained on this dataset")
     fit.add_argument("--method", default="gadre2024", choices=LOSS_FIT_METHODS,

@@ -108,7 +108,7 @@ def test_bad_options_one_line(tmp_path, capsys, args, message):
 def test_bad_table_values_one_line(tmp_path, capsys):
     frame = _table(np.random.default_rng(0))
     frame.loc[2, "tokens"] = 0
-    assert "bad.csv:4: field 'tokens': must be a positive number" in _bad(tmp_path, capsys, frame, "--predict", "x8")
+    assert "bad.csv:4: field 'tokens': run 'x2': must be a positive number, got 0" in _bad(tmp_path, capsys, frame, "--predict", "x8")
     frame = _table(np.random.default_rng(0))
     frame.loc[1, "loss"] = np.nan
     msg = _bad(tmp_path, capsys, frame, "--fit-max-compute", "2e19", "--predict", "x8", "--dataset", "x")
