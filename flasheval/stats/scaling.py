@@ -242,7 +242,7 @@ def _fit_raw_once(n: FloatArray, md: FloatArray, loss: FloatArray, start: FloatA
             else:
                 result = least_squares(
                     lambda p: np.log(model(np.vstack([n, md]), *p)) - np.log(loss),
-                    start, loss="huber", f_scale=_HUBER_DELTA, max_nfev=_MAXFEV, x_scale="jac",
+                    start, loss="huber", f_scale=_HUBER_DELTA, max_nfev=_MAXFEV,
                 )
                 if not result.success:
                     return None
