@@ -141,6 +141,13 @@ def _curve(xs: npt.NDArray[np.float64], point: npt.NDArray[np.float64], replicat
     return {"x": xs.tolist(), "predicted": point.tolist(), "low": low.tolist(), "high": high.tolist()}
 
 
+def _boot_summary(boot: BootstrapFits, confidence_level: float) -> dict:
+    """Resample counts and a percentile interval for every parameter."""
+    low, high = percentile_interval(boot.parameters, confidence_level=confidence_level)
+    return {"n_resamples": boot.n_resamples, "n_failed": boot.n_failed,
+            "parameter_intervals": {name: [float(lo), float(hi)] for name, lo, hi in zip(boot.names, low, high)}}
+
+
 def _fit_dataset(table: RunsTable, dataset: str | None, targets: list[_Target],
                  options: ScalingFitOptions, rng: np.random.Generator) -> tuple[dict, list[dict]]:
     """Fit one training dataset's laws; return its fit entry and its predictions."""
@@ -157,7 +164,7 @@ def _fit_dataset(table: RunsTable, dataset: str | None, targets: list[_Target],
     entry: dict = {
         "dataset": dataset,
         "loss_law": {"parameters": loss_fit.parameters(), "method": loss_fit.method,
-                     "bootstrap": {"n_resamples": loss_boot.n_resamples, "n_failed": loss_boot.n_failed},
+                     "bootstrap": _boot_summary(loss_boot, options.confidence_level),
                      "fit_runs": [{"model_id": table.model_ids[i], "compute": table.compute[i],
                                    "multiplier": table.multiplier[i], "loss": loss[i], "residual": r}
                                   for i, r in zip(rows, loss_fit.residuals)]},
@@ -176,7 +183,7 @@ def _fit_dataset(table: RunsTable, dataset: str | None, targets: list[_Target],
         except FitError as exc:
             raise FitError(f"{label}, error law ({len(erows)} fit runs): {exc}") from None
         entry["error_law"] = {"parameters": err_fit.parameters(), "columns": list(options.error_columns),
-                              "bootstrap": {"n_resamples": err_boot.n_resamples, "n_failed": err_boot.n_failed},
+                              "bootstrap": _boot_summary(err_boot, options.confidence_level),
                               "fit_runs": [{"model_id": table.model_ids[i], "loss": loss[i], "error": err[i],
                                             "residual": r} for i, r in zip(erows, err_fit.residuals)]}
     predictions = _predict(table, dataset, targets, loss_fit, loss_boot, err_fit, err_boot, entry, options)

@@ -57,6 +57,9 @@ def test_fit_predicts_big_runs_with_interval_and_relative_error(runs_csv, tmp_pa
     payload = record.payload
     assert [f["dataset"] for f in payload["fits"]] == ["x", "y"]
     assert len(payload["fits"][0]["loss_law"]["fit_runs"]) == 6 and len(payload["fits"][0]["error_law"]["fit_runs"]) == 7
+    for law, names in (("loss_law", ("E", "a", "b", "eta")), ("error_law", ("epsilon", "k", "gamma"))):
+        intervals = payload["fits"][0][law]["bootstrap"]["parameter_intervals"]
+        assert tuple(intervals) == names and all(lo <= hi for lo, hi in intervals.values())
     table = _table(np.random.default_rng(0)).set_index("model_id")
     for p in payload["predictions"]:
         actual = table.loc[p["model_id"], "loss" if p["quantity"] == "loss" else "err_avg17"]
