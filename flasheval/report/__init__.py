@@ -1,0 +1,1 @@
+"""Report rendering: figures and tables built from run-record payloads."""

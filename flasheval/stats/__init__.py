@@ -1,0 +1,1 @@
+"""Statistics: pure numpy/scipy functions (bootstrap, ranking, scaling-law fits)."""
