@@ -23,10 +23,17 @@ def plan():
 
 @pytest.mark.parametrize("rank, interval, stop", [
     (30, (26, 34), True), (30, (25, 33), False), (12, (9, 15), True), (12, (9, 16), False),
-    (3, (2, 4), True), (3, (1, 3), False), (3, (3, 3), True), (1, (1, 1), True), (1, (1, 2), False),
+    (3, (2, 4), True), (3, (1, 3), False), (3, (3, 3), True), (1, (1, 1), False), (1, (1, 2), False),
 ])
 def test_interval_rule_table(plan, rank, interval, stop):
     assert decide(plan=plan, stage_size=50, rank=rank, interval=interval, is_last=False).stop is stop
+
+
+def test_first_place_needs_min_stage(plan):
+    early = decide(plan=plan, stage_size=200, rank=1, interval=(1, 1), is_last=False)
+    assert not early.stop and "from 500/dataset on" in early.reason
+    assert decide(plan=plan, stage_size=500, rank=1, interval=(1, 1), is_last=False).stop
+    assert not decide(plan=plan, stage_size=500, rank=1, interval=(1, 2), is_last=False).stop
 
 
 def test_flash_helm_rule_is_the_papers_schedule():

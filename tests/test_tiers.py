@@ -48,6 +48,7 @@ def test_look_confidence_spends_alpha_across_looks(tmp_path):
     (("name: t", "name: t\ncolour: red"), "field 'colour': unknown key 'colour'"),
     (("stop_rule: interval", "stop_rule: flash_helm"), "needs stop_stage on every tier"),
     (("confidence_level: 0.9", "confidence_level: 95"), "field 'confidence_level': must be in [0.5, 1)"),
+    (("resolution: maximal}", "resolution: maximal, min_stage: 20}"), "field 'tiers[0].min_stage': min_stage 20 is not a stage"),
 ])
 def test_bad_plans_are_refused_with_the_field(tmp_path, change, message):
     with pytest.raises(ConfigError) as err:
