@@ -19,7 +19,7 @@ from flasheval.errors import FlashevalError
 __all__ = ["main", "build_parser"]
 
 # Subcommand modules under flasheval.commands, in the order `--help` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("reference", "dior", "report")
+_COMMAND_MODULES: tuple[str, ...] = ("reference", "tiers", "place", "backtest", "sweep", "dior", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
