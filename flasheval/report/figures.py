@@ -112,6 +112,9 @@ def sweep_intervals(payload: Mapping[str, Any]) -> bytes:
         ax.plot([lo, hi], [y, y], color=color, lw=3, solid_capstyle="butt", alpha=0.6)
         if c["rank"] is not None:
             ax.plot([c["rank"]], [y], "o", color=color)
+        truth = payload.get("truth", {}).get(c["model_id"])
+        if truth is not None:
+            ax.plot([truth], [y], "x", color="black", ms=7, label="full-data rank (backtest)" if y == 0 else None)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"{c['model_id']} ({c['status']})" for c in rows], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -119,6 +122,8 @@ def sweep_intervals(payload: Mapping[str, Any]) -> bytes:
     ax.set_xlabel(f"rank among {n_total} (reference pool + the checkpoint); dashed: tier boundaries")
     ax.set_title(f"sweep on {payload['reference']}: {len(rows)} checkpoints")
     ax.grid(axis="x", alpha=0.3)
+    if payload.get("truth"):
+        ax.legend(loc="upper right", fontsize=7)
     return _png(fig)
 
 

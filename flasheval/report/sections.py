@@ -111,9 +111,10 @@ def _sweep(p: Mapping[str, Any], stem: str) -> list[Block]:
         Paragraph(text=f"Sweep of {len(p['checkpoints'])} checkpoints on {p['reference']} (plan {p['plan']}, seed "
                        f"{p['seed']}, budget {p['budget']}): {c['n_examples']} examples spent of {c['full_examples']} "
                        f"for full runs of all of them ({_saving(c['saving'])} saving)."),
-        Table(header=("checkpoint", "rank", "interval", "tier", "status", "examples", "rounds", "saving"),
+        Table(header=("checkpoint", "rank", "interval", "tier", "status", "examples", "rounds", "saving", "full-data rank"),
               rows=tuple((x["model_id"], _fmt(x["rank"]), _fmt(x["interval"]), _fmt(x["tier"]), x["status"],
-                          str(x["n_examples"]), str(x["rounds"]), _saving(x.get("saving")))
+                          str(x["n_examples"]), str(x["rounds"]), _saving(x.get("saving")),
+                          _fmt(p.get("truth", {}).get(x["model_id"])))
                          for x in sorted(p["checkpoints"], key=lambda x: (x["rank"] or 10**9, x["model_id"])))),
         Figure(name=f"{stem}-intervals", png=figures.sweep_intervals(p),
                caption="Every checkpoint's rank interval on the reference (dot: point rank; red resolved, orange "
