@@ -127,6 +127,7 @@ def test_sweep_command_backtests_ten_held_out_models_on_helm_lite(tmp_path, caps
     (["--models", "hf:gpt2"], "unsupported model spec 'hf:gpt2'"),
     (["--models", "replay:meta/llama-65b", "--datasets", "helm_lite/boolq"], "unknown dataset in reference"),
     (["--models", "replay:meta/llama-65b", "--budget-examples", "50"], "smaller than one stage"),
+    (["--models", "replay:meta/llama-65b", "--budget-tokens", "50"], "records no token counts"),
 ])
 def test_bad_sweep_input_is_one_line(argv, message, tmp_path, capsys):
     base = ["sweep", "--budget-examples", "5000", "--output", str(tmp_path)]
@@ -135,9 +136,13 @@ def test_bad_sweep_input_is_one_line(argv, message, tmp_path, capsys):
     assert message in err and len(err.splitlines()) == 1
 
 
-def test_a_run_folder_of_another_sweep_is_refused(tmp_path, capsys):
-    (tmp_path / "sweep-config.json").write_text(json.dumps({"reference": "helm_lite", "seed": 99}))
+@pytest.mark.parametrize("saved, message", [
+    ({"store_format": 1, "reference": "helm_lite", "seed": 99}, "holds a sweep with other settings"),
+    ({"store_format": 0, "reference": "helm_lite"}, "run folder from an incompatible flasheval (sweep store format 0"),
+])
+def test_a_run_folder_of_another_sweep_or_version_is_refused(saved, message, tmp_path, capsys):
+    (tmp_path / "sweep-config.json").write_text(json.dumps(saved))
     argv = ["sweep", "--models", "replay:meta/llama-65b", "--budget-examples", "5000", "--output", str(tmp_path)]
     assert cli.main(argv) == 1
     err = capsys.readouterr().err.strip()
-    assert "holds a sweep with other settings" in err and len(err.splitlines()) == 1
+    assert message in err and len(err.splitlines()) == 1

@@ -34,6 +34,8 @@ __all__ = ["register", "run", "format_result", "spread_models"]
 
 CONFIG_FILE = "sweep-config.json"
 STORE_FILE = "scores.jsonl"
+STORE_FORMAT = 1
+"""Version of the run folder layout (config + results store); a folder of another version is refused."""
 RECORD_FILE = "sweep.json"
 _SPECS = ("replay:MODEL_ID",)
 
@@ -138,6 +140,10 @@ def _check_config(out: Path, config: dict[str, Any]) -> None:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc})", path=path) from None
+    if not isinstance(saved, dict) or saved.get("store_format") != STORE_FORMAT:
+        found = saved.get("store_format") if isinstance(saved, dict) else None
+        raise InputError(f"run folder from an incompatible flasheval (sweep store format {found!r}, this flasheval "
+                         f"reads {STORE_FORMAT}); use a new --output", path=path, field="store_format")
     for key in sorted(set(config) | set(saved)):
         if saved.get(key) != config.get(key):
             raise InputError(f"this run folder holds a sweep with other settings ({saved.get(key)!r} here, "
@@ -191,7 +197,11 @@ def run(args: argparse.Namespace) -> int:
     for model_id in model_ids:
         pool = pool.without(model_id)
     out = Path(args.output or Path("runs") / f"sweep-{re.sub(r'[^A-Za-z0-9._-]+', '-', full.name)}")
-    config = {"reference": full.name, "datasets": list(full.dataset_names), "models": model_ids, "plan": plan.name,
+    if budget.max_tokens is not None or budget.max_flops is not None:
+        if any(t is None for t in full.n_tokens):
+            raise InputError(f"reference {full.name!r} records no token counts, so a token or FLOPs budget cannot be "
+                             "checked; use --budget-examples", field="--budget-tokens")
+    config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names), "models": model_ids, "plan": plan.name,
               "seed": args.seed, "aggregate": args.aggregate, "missing": args.missing, "low_rank": args.low_rank,
               "budget": [args.budget_examples, args.budget_tokens, args.budget_flops], "n_parameters": args.n_parameters}
     _check_config(out, config)
