@@ -65,8 +65,9 @@ def format_report(report: DiorReport) -> str:
     f = report.findings
     if "examples_equivalent_of_datasets" in f:
         eq = f["examples_equivalent_of_datasets"]
-        lines.append(f"  finding 1: resampling the datasets (tau lower {f['datasets_tau_lower']:.3f}) is as unreliable as "
-                     + (f"keeping only {eq} examples per dataset" if eq else "fewer examples than the smallest size tried"))
+        lines.append(f"  finding 1: resampling the datasets (tau lower {f['datasets_tau_lower']:.3f}) is "
+                     + (f"less reliable than keeping only {eq} random examples per dataset" if eq is not None
+                        else "more reliable than every number of examples per dataset tried"))
     if "flattening_size" in f:
         flat = f["flattening_size"]
         lines.append(f"  finding 2: " + (f"reliability flattens after {flat} examples per dataset (100 more add "

@@ -218,12 +218,25 @@ def run(args: argparse.Namespace) -> int:
 
     result = replace(result, truth=_truth(full, pool, model_ids, args.aggregate))
     print(format_result(result))
-    path = write_record(out / RECORD_FILE, kind="sweep", payload=_payload(result, full, pool, args.aggregate))
+    separate = _separate_placements(full, pool, model_ids, plan, args)
+    print(f"backtest: placing the {len(model_ids)} checkpoints one by one with `place` would spend {separate} examples "
+          f"({separate / max(result.n_examples, 1):.2f}x the sweep)")
+    path = write_record(out / RECORD_FILE, kind="sweep", payload=_payload(result, full, pool, args.aggregate, separate))
     print(f"{time.perf_counter() - start:.1f} s; record: {path}")
     return 0
 
 
-def _payload(result: SweepResult, full: ReferenceLeaderboard, pool: ReferenceLeaderboard, aggregate: str | None) -> dict[str, Any]:
+def _separate_placements(full: ReferenceLeaderboard, pool: ReferenceLeaderboard, model_ids: list[str], plan: Any,
+                         args: argparse.Namespace) -> int:
+    """Examples that independent ``place`` runs of the replayed checkpoints spend (no budget, no racing)."""
+    from flasheval.controller import place
+
+    return sum(place(pool, ReplayScorer(full, m), plan, model_id=m, seed=args.seed, aggregate=args.aggregate)
+               .compute.n_examples for m in model_ids)
+
+
+def _payload(result: SweepResult, full: ReferenceLeaderboard, pool: ReferenceLeaderboard, aggregate: str | None,
+             separate: int | None = None) -> dict[str, Any]:
     payload = result.to_json()
     payload["leaderboard"] = [{"model_id": r.model_id, "value": r.value} for r in pool.ranking(aggregate)]
     truth = result.truth
@@ -234,5 +247,12 @@ def _payload(result: SweepResult, full: ReferenceLeaderboard, pool: ReferenceLea
             "covered": float(np.mean([c.interval[0] <= truth[c.model_id] <= c.interval[1] for c in rows])),
             "resolved_within_resolution": float(np.mean(plan_ok)) if plan_ok else None,
             "n_resolved": len(plan_ok),
+            "separate_placements_examples": separate,
         }
+        if result.order:
+            from flasheval.stats.dior import kendall_tau_b
+
+            placed = np.array([-o.value for o in result.order])
+            true = np.array([float(truth[o.model_id]) for o in result.order])
+            payload["backtest"]["order_kendall_tau"] = float(kendall_tau_b(true, placed[None, :])[0])
     return payload

@@ -105,11 +105,16 @@ def _backtest(p: Mapping[str, Any], stem: str) -> list[Block]:
     return out
 
 
+def _budget_text(budget: Mapping[str, Any]) -> str:
+    caps = [f"{v:g} {k}" for k, v in budget.items() if v is not None]
+    return ", ".join(caps) if caps else "none"
+
+
 def _sweep(p: Mapping[str, Any], stem: str) -> list[Block]:
     c = p["compute"]
     out: list[Block] = [
         Paragraph(text=f"Sweep of {len(p['checkpoints'])} checkpoints on {p['reference']} (plan {p['plan']}, seed "
-                       f"{p['seed']}, budget {p['budget']}): {c['n_examples']} examples spent of {c['full_examples']} "
+                       f"{p['seed']}, budget {_budget_text(p['budget'])}): {c['n_examples']} examples spent of {c['full_examples']} "
                        f"for full runs of all of them ({_saving(c['saving'])} saving)."),
         Table(header=("checkpoint", "rank", "interval", "tier", "status", "examples", "rounds", "saving", "full-data rank"),
               rows=tuple((x["model_id"], _fmt(x["rank"]), _fmt(x["interval"]), _fmt(x["tier"]), x["status"],
@@ -120,6 +125,18 @@ def _sweep(p: Mapping[str, Any], stem: str) -> list[Block]:
                caption="Every checkpoint's rank interval on the reference (dot: point rank; red resolved, orange "
                        "unresolved at budget, grey stopped early as clearly low)."),
     ]
+    b = p.get("backtest")
+    if b:
+        out.append(Paragraph(text=(
+            f"Backtest (checkpoints replayed from the reference, held out of the pool): the interval covers the "
+            f"full-data rank for {b['covered']:.0%} of the checkpoints; "
+            + (f"{b['resolved_within_resolution']:.0%} of the {b['n_resolved']} resolved ones lie within their tier's "
+               "resolution; " if b.get("resolved_within_resolution") is not None else "")
+            + (f"placing them one by one would spend {b['separate_placements_examples']} examples "
+               f"({b['separate_placements_examples'] / max(c['n_examples'], 1):.2f}x the sweep)"
+               if b.get("separate_placements_examples") else "")
+            + (f"; Kendall tau of the order among checkpoints vs the full-data order: {b['order_kendall_tau']:.3f}."
+               if b.get("order_kendall_tau") is not None else "."))))
     if p.get("order"):
         out += [Heading(text="Order among the checkpoints (paired on the same examples)", level=3),
                 Table(header=("checkpoint", "rank", "interval"),
@@ -139,9 +156,11 @@ def _dior(p: Mapping[str, Any], stem: str) -> list[Block]:
     out.append(Table(header=header, rows=rows))
     f = p.get("findings", {})
     notes = []
-    if f.get("examples_equivalent_of_datasets") is not None:
-        notes.append(f"Resampling the datasets (tau lower {f['datasets_tau_lower']:.3f}) is as unreliable as keeping "
-                     f"only {f['examples_equivalent_of_datasets']} examples per dataset.")
+    if "examples_equivalent_of_datasets" in f:
+        eq = f["examples_equivalent_of_datasets"]
+        notes.append(f"Resampling the datasets (tau lower {f['datasets_tau_lower']:.3f}) is "
+                     + (f"less reliable than keeping only {eq} random examples per dataset." if eq is not None
+                        else "more reliable than every number of examples per dataset tried."))
     if "flattening_size" in f:
         notes.append(f"Reliability flattens after {f['flattening_size']} examples per dataset." if f["flattening_size"]
                      else "Reliability still grows at the largest size tried.")

@@ -51,23 +51,26 @@ def run_dir(tmp_path_factory):
     write_record(folder / "dior.json", kind="dior", payload=report.to_json())
     write_record(folder / "place.json", kind="place", payload=_place_payload(reference))
     write_record(folder / "backtest.json", kind="backtest", payload=_backtest_payload())
+    assert cli.main(["sweep", "--backtest", "3", "--budget-examples", "3000", "--output", str(folder)]) == 0
     (folder / "notes.json").write_text('{"not": "a record"}')  # ignored in a folder
     return folder
 
 
 def test_report_writes_markdown_figures_and_one_self_contained_page(run_dir):
     files = render_report(run_dir)
-    assert files.kinds == ("backtest", "dior", "place")
+    assert files.kinds == ("backtest", "dior", "place", "sweep")
     names = sorted(p.name for p in files.figures)
-    assert names == ["backtest-adaptive.png", "dior-reliability.png", "place-leaderboard.png", "place-stages.png"]
+    assert names == ["backtest-adaptive.png", "dior-reliability.png", "place-leaderboard.png", "place-stages.png",
+                     "sweep-intervals.png"]
     for path in files.figures:
         assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
     md = files.markdown.read_text()
     assert all(f"(figures/{n})" in md for n in names)
     assert "| adaptive | 12 | 100.0% |" in md and "| examples | 20 | mean |" in md
+    assert "Sweep of 3 checkpoints on helm_lite" in md and "budget 3000 examples" in md
     page = files.html.read_text()
     embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    assert len(embedded) == 4 and all(base64.b64decode(e).startswith(PNG) for e in embedded)
+    assert len(embedded) == 5 and all(base64.b64decode(e).startswith(PNG) for e in embedded)
     assert "http://" not in page and "https://" not in page  # nothing fetched from the network
 
 
@@ -116,7 +119,7 @@ def test_html_loads_in_headless_chromium_with_every_image_decoded(run_dir):
     assert proc.returncode == 0, proc.stderr[-2000:]
     body = re.search(r"<body[^>]*>", dom)
     assert body is not None, dom[:500]
-    assert 'data-images-ok="yes"' in body.group(0) and 'data-image-count="4"' in body.group(0)
+    assert 'data-images-ok="yes"' in body.group(0) and 'data-image-count="5"' in body.group(0)
     text = re.sub(r"<[^>]+>", " ", re.sub(r"src=\"data:[^\"]+\"", "", dom))
     assert "Traceback" not in text and "NaN" not in text and "None" not in text
     assert "DIoR on helm_lite" in text and "placed at rank" not in text  # figure titles are pixels, not text
