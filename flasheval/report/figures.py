@@ -172,28 +172,41 @@ def backtest_scatter(payload: Mapping[str, Any], method: str = "adaptive", zoom:
 
 
 def dior_reliability(payload: Mapping[str, Any]) -> bytes:
-    """Reliability (lower bound and median of Kendall tau) against examples per dataset."""
+    """Left: reliability (Kendall tau bounds) against examples per dataset; right: the gain per 100 examples."""
     examples = sorted(payload["examples"], key=lambda s: s["size"])
-    fig = Figure(figsize=(6.4, 4.0))
-    ax = fig.add_subplot()
+    fig = Figure(figsize=(11.0, 4.2))
+    ax, gain_ax = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     sizes = [s["size"] for s in examples]
+    lower = [s["tau_lower"] for s in examples]
     level = f"{payload['confidence_level']:.0%}"
-    ax.plot(sizes, [s["tau_lower"] for s in examples], "o-", color=_POOL, label=f"examples: lower bound of {level} interval")
+    ax.plot(sizes, lower, "o-", color=_POOL, label=f"examples: lower bound of {level} interval")
     ax.plot(sizes, [s["tau_median"] for s in examples], "o:", color=_POOL, alpha=0.6, label="examples: median")
     for s in payload.get("datasets", []):
         ax.axhline(s["tau_lower"], color=_NEW, ls="--", label=f"datasets resampled (k={s['size']}): lower bound")
     for s in payload.get("pool", []):
         if s["aggregate"] == "win_rate":
-            ax.axhline(s["tau_lower"], color="#2ca02c", ls="-.", label="win rate under random sub-pools: lower bound")
+            ax.axhline(s["tau_lower"], color="#2ca02c", ls="-.", label="win rate, random sub-pools: lower bound")
     flat = payload.get("findings", {}).get("flattening_size")
+    for axis in (ax, gain_ax):
+        if flat:
+            axis.axvline(flat, color=_BAND, lw=1)
+        axis.grid(alpha=0.3)
+        axis.set_xlabel("examples per dataset")
     if flat:
-        ax.axvline(flat, color=_BAND, lw=1)
         ax.annotate(f"flat after {flat}/dataset", (flat, ax.get_ylim()[1]), xytext=(4, -12), textcoords="offset points",
                     fontsize=7, color="#555555")
-    ax.set_xscale("log")
-    ax.set_xlabel("examples per dataset (log scale)")
     ax.set_ylabel("Kendall tau vs full-data ranking")
     ax.set_title(f"DIoR on {payload['reference']} ({payload['aggregate']}, {payload['n_instantiations']} draws)")
-    ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=7)
+    mids = [(a + b) / 2 for a, b in zip(sizes, sizes[1:])]
+    gains = [(lb - la) / (b - a) * 100 for a, b, la, lb in zip(sizes, sizes[1:], lower, lower[1:])]
+    widths = [(b - a) * 0.9 for a, b in zip(sizes, sizes[1:])]
+    gain_ax.bar(mids, [max(g, 1e-4) for g in gains], width=widths, color=_POOL, alpha=0.7)
+    gain_ax.set_yscale("log")  # the gains span two orders of magnitude; non-positive gains are drawn at 1e-4
+    threshold = payload.get("findings", {}).get("flat_gain_per_100")
+    if threshold:
+        gain_ax.axhline(threshold, color=_NEW, ls="--", label=f"flat: < {threshold} per 100 examples")
+        gain_ax.legend(loc="upper right", fontsize=7)
+    gain_ax.set_ylabel("gain in tau's lower bound per 100 more examples")
+    gain_ax.set_title("reliability gained per example")
     return _png(fig)
