@@ -186,6 +186,8 @@ def decide(*, plan: TierPlan, stage_size: int | None, rank: int, interval: tuple
         return Decision(stop=False, reason=f"tier {tier.label} needs {target}/dataset (Flash-HELM schedule)")
     lo, hi = interval
     k = tier.resolution
+    if tier.min_stage is not None and stage_size is not None and stage_size < tier.min_stage:
+        return Decision(stop=False, reason=f"tier {tier.label} may stop from {tier.min_stage}/dataset on (min_stage)")
     if rank - k <= lo and hi <= rank + k:
         return Decision(stop=True, reason=f"interval [{lo}, {hi}] within {rank}+-{k} (tier {tier.label})")
     return Decision(stop=False, reason=f"interval [{lo}, {hi}] not within {rank}+-{k} (tier {tier.label})")

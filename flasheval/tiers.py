@@ -26,7 +26,9 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
     Strictly increasing examples per dataset, the last one ``all``.
 ``tiers``
     Contiguous rank ranges from 1, last one open (``null``), each with ``resolution``
-    (``maximal`` or an integer k >= 1) and, for ``flash_helm``, ``stop_stage`` (a stage).
+    (``maximal`` or an integer k >= 1), for ``flash_helm`` ``stop_stage`` (a stage), and
+    optionally ``min_stage`` (``interval`` rule: no stop in this tier before that stage; a
+    guard for the top rank, where a few perfect answers make small-sample bootstraps overconfident).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ STOP_RULES: tuple[str, ...] = ("interval", "flash_helm")
 CORRECTIONS: tuple[str, ...] = ("none", "bonferroni", "geometric")
 _PLAN_KEYS = ("name", "description", "stop_rule", "confidence_level", "correction", "estimator", "n_resamples",
               "stages", "tiers")
-_TIER_KEYS = ("ranks", "resolution", "stop_stage")
+_TIER_KEYS = ("ranks", "resolution", "stop_stage", "min_stage")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +64,8 @@ class Tier:
     """Allowed distance from the point rank (0 = maximal: exactly one rank)."""
     stop_stage: int | None = None
     """``flash_helm`` rule: the stage (examples per dataset; ``None`` = all) at which it stops."""
+    min_stage: int | None = None
+    """``interval`` rule: the smallest stage (examples per dataset) at which a model in this tier may stop."""
 
     def __post_init__(self) -> None:
         if self.first < 1 or (self.last is not None and self.last < self.first):
@@ -175,8 +179,9 @@ def _tier(raw: Any, i: int, path: Path, stop_rule: str) -> Tier:
     if stop_rule == "flash_helm" and "stop_stage" not in raw:
         raise ConfigError("the flash_helm stop rule needs stop_stage on every tier", path=path, field=f"{where}.stop_stage")
     stop = _stage(raw["stop_stage"], path, f"{where}.stop_stage") if "stop_stage" in raw else None
+    min_stage = _stage(raw["min_stage"], path, f"{where}.min_stage") if "min_stage" in raw else None
     try:
-        return Tier(first=ranks[0], last=ranks[1], resolution=res, stop_stage=stop)
+        return Tier(first=ranks[0], last=ranks[1], resolution=res, stop_stage=stop, min_stage=min_stage)
     except ValueError as exc:
         raise ConfigError(str(exc), path=path, field=f"{where}.ranks") from None
 
@@ -197,6 +202,9 @@ def _check_structure(plan: TierPlan, path: Path) -> None:
         if tier.last is None and i != len(plan.tiers) - 1:
             raise ConfigError("only the last tier can be open-ended", path=path, field=f"tiers[{i}].ranks")
         expected = (tier.last or 0) + 1
+        if tier.min_stage is not None and tier.min_stage not in stages:
+            raise ConfigError(f"min_stage {tier.min_stage} is not a stage", path=path, field=f"tiers[{i}].min_stage",
+                              allowed=[("all" if s is None else s) for s in stages])
         if tier.stop_stage is not None and tier.stop_stage not in stages:
             raise ConfigError(f"stop_stage {tier.stop_stage} is not a stage", path=path, field=f"tiers[{i}].stop_stage",
                               allowed=[("all" if s is None else s) for s in stages])
