@@ -123,3 +123,14 @@ def test_html_loads_in_headless_chromium_with_every_image_decoded(run_dir):
     text = re.sub(r"<[^>]+>", " ", re.sub(r"src=\"data:[^\"]+\"", "", dom))
     assert "Traceback" not in text and "NaN" not in text and "None" not in text
     assert "DIoR on helm_lite" in text and "placed at rank" not in text  # figure titles are pixels, not text
+
+
+def test_place_without_a_loadable_reference_and_evaluate_records_still_render(tmp_path):
+    payload = _place_payload(load_reference("helm_lite"))
+    payload["reference"] = "no_such_reference"
+    write_record(tmp_path / "place.json", kind="place", payload=payload)
+    write_record(tmp_path / "evaluate.json", kind="evaluate", payload={"model_id": "tiny", "accuracy": 0.4321, "per_task": {}})
+    files = render_report(tmp_path)
+    assert sorted(p.name for p in files.figures) == ["place-stages.png"]  # no leaderboard without the reference
+    md = files.markdown.read_text()
+    assert "| accuracy | 0.432 |" in md and "| model_id | tiny |" in md
