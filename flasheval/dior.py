@@ -116,9 +116,11 @@ def _candidate_pools(values: np.ndarray, weak: np.ndarray, n_random: int, rng: n
     return np.array(pools)
 
 
-def _leader_search(reference: ReferenceLeaderboard, n_random: int, seed: int) -> tuple[tuple[LeaderChange, ...], int, np.ndarray]:
-    values = reference.aggregate_values()
-    direction = reference.ranking_higher_is_better()
+def _leader_search(reference: ReferenceLeaderboard, kind: str, n_random: int,
+                   seed: int) -> tuple[tuple[LeaderChange, ...], int, np.ndarray]:
+    """Leader changes under mean win rate; weak = the bottom half of the ranking under ``kind``."""
+    values = reference.aggregate_values(kind)
+    direction = reference.ranking_higher_is_better(kind)
     oriented = values if direction else -values
     weak = np.argsort(-oriented, kind="stable")[reference.n_models // 2:]
     pools = _candidate_pools(oriented, weak, n_random, np.random.default_rng(derive_seed(seed, "dior", "pools")))
@@ -175,7 +177,7 @@ def run_dior(
                                         rng=derive_seed(seed, "dior", "pool", a), **common) for a in usable)
         base = reference.aggregate_values(kind)
         tau_by_aggregate = {a: float(kendall_tau_b(base, reference.aggregate_values(a))) for a in usable}
-        parts["leader_changes"], n_pools, weak = _leader_search(reference, n_instantiations, seed)
+        parts["leader_changes"], n_pools, weak = _leader_search(reference, kind, n_instantiations, seed)
     findings = _findings(parts)
     if len(weak):
         ranks = {r.model_id: r.rank for r in reference.ranking(kind)}
