@@ -149,7 +149,6 @@ class _Checkpoint:
         self.reason = ""
         self.looks: list[SweepStage] = []
         self.dist = None
-        self.tier_index = 0
 
     def add(self, d: int, scores: np.ndarray, tokens: np.ndarray | None) -> None:
         self.scores[d].append(scores)

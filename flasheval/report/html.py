@@ -11,7 +11,7 @@ import base64
 import html
 from collections.abc import Sequence
 
-from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table
+from flasheval.report.blocks import Block, Heading, Paragraph, Table
 
 __all__ = ["render_html"]
 
