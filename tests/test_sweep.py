@@ -1,6 +1,7 @@
 """Sweeps: budget, racing priorities, shared examples, resume after a crash, bad input."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,54 @@ def test_a_run_folder_of_another_sweep_or_version_is_refused(saved, message, tmp
     assert cli.main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+_KILLED_RUN = """
+import sys, time
+from flasheval.backends.replay import ReplayScorer
+from flasheval.controller import Budget
+from flasheval.simulation import synthetic_reference
+from flasheval.sweep import sweep
+from flasheval.sweep_store import ResultsStore, StoredScorer
+from flasheval.tiers import load_tier_plan
+
+class Slow(ReplayScorer):
+    def score(self, task_name, example_ids):
+        time.sleep(0.05)
+        return super().score(task_name, example_ids)
+
+ref = synthetic_reference(40, [300, 400, 500], rng=1, ability_spread=1.5)
+held = [r.model_id for r in ref.ranking()][0:40:5]
+pool = ref
+for m in held:
+    pool = pool.without(m)
+store = ResultsStore(sys.argv[1])
+sweep(pool, {m: StoredScorer(Slow(ref, m), store, m) for m in held}, load_tier_plan("default"),
+      budget=Budget(max_examples=4000), seed=2)
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_by_sigkill_resumes_and_loses_nothing(world, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    ref, pool, held = world
+    plan, budget = load_tier_plan("default"), Budget(max_examples=4000)
+    clean = sweep(pool, _scorers(ref, held), plan, budget=budget, seed=2)
+    store_path = tmp_path / "scores.jsonl"
+    repo_root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, str(store_path)], cwd=repo_root)
+    deadline = time.monotonic() + 30
+    while (not store_path.exists() or store_path.read_text().count("\n") < 500) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = len(ResultsStore(store_path))
+    assert 0 < kept < clean.n_examples  # killed mid-sweep, after some batches
+    _Recording.crash_after = None
+    resumed = sweep(pool, _scorers(ref, held, ResultsStore(store_path)), plan, budget=budget, seed=2)
+    assert resumed.n_computed == clean.n_examples - kept
+    assert resumed.to_json()["checkpoints"] == clean.to_json()["checkpoints"]
