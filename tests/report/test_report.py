@@ -55,6 +55,7 @@ def run_dir(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_report_writes_markdown_figures_and_one_self_contained_page(run_dir):
     files = render_report(run_dir)
     assert files.kinds == ("backtest", "dior", "place", "sweep")
