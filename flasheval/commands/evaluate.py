@@ -30,8 +30,8 @@ FORMATS = ("parquet", "jsonl")
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``evaluate`` subcommand."""
     parser = subparsers.add_parser("evaluate", help="score the first N examples of tasks with a model; per-example records")
-    parser.add_argument("--model", required=True, metavar="SPEC", help="hf:PATH_OR_ID[@REVISION] or gguf:FILE")
-    parser.add_argument("--task-dir", required=True, type=Path, metavar="DIR", help="task data (e.g. ../shared/data/tasks)")
+    parser.add_argument("--model", required=True, metavar="SPEC", help="hf:PATH_OR_ID[@REVISION], gguf:FILE or replay:REFERENCE/MODEL")
+    parser.add_argument("--task-dir", type=Path, metavar="DIR", help="task data, e.g. ../shared/data/tasks (not for replay:)")
     parser.add_argument("--tasks", required=True, metavar="T1,T2", help="comma-separated task names")
     parser.add_argument("--n-examples", type=int, default=None, metavar="N", help="first N of each task's seeded order (default: all)")
     parser.add_argument("--seed", type=int, default=1234, help="order and few-shot seed (default 1234)")
@@ -61,12 +61,14 @@ def run(args: argparse.Namespace) -> int:
     from flasheval.backends.distributed import make_state
 
     spec = parse_model_spec(args.model)
-    if spec.kind == "replay":
-        raise InputError("replay: models serve recorded scores, not log-likelihoods; use them with placement", field="--model")
     if args.n_examples is not None and args.n_examples < 1:
         raise InputError(f"must be >= 1, got {args.n_examples}", field="--n-examples")
     if args.batch_size < 1:
         raise InputError(f"must be >= 1, got {args.batch_size}", field="--batch-size")
+    if spec.kind == "replay":
+        return _replay(args, spec.target)
+    if args.task_dir is None:
+        raise InputError("required for hf: and gguf: models", field="--task-dir")
     # Validate the tasks (cheap) before loading the model (slow).
     selections = evaluation.select_examples(_task_names(args.tasks), args.task_dir, n_examples=args.n_examples, seed=args.seed)
     state = make_state()
@@ -109,6 +111,29 @@ def run(args: argparse.Namespace) -> int:
         f"{n_examples} examples, {len(flat)} requests ({counts['n_requests_from_store']} from the store) in "
         f"{counts['scoring_seconds']:.1f}s on {state.num_processes} process(es); records: {examples_path}"
     )
+    return 0
+
+
+def _replay(args: argparse.Namespace, target: str) -> int:
+    """``replay:REFERENCE/MODEL``: records of recorded scores, no model run."""
+    from flasheval import evaluation
+
+    records, means, reference = evaluation.replay_records(target, _task_names(args.tasks), n_examples=args.n_examples, seed=args.seed)
+    examples_path = _write_examples(records, args.output, args.format)
+    counts = {name: sum(r.task_name == name for r in records) for name in means}
+    payload = {
+        "model": args.model,
+        "reference": reference,
+        "seed": args.seed,
+        "n_examples_per_task": args.n_examples,
+        "tasks": {name: {"n_examples": counts[name], "accuracy": means[name]} for name in means},
+        "n_examples": len(records),
+        "examples_file": examples_path.name,
+    }
+    write_record(args.output / "summary.json", kind="evaluate", payload=payload)
+    for name, mean in means.items():
+        print(f"{name:32} n={counts[name]:5d}  mean score={mean:.4f}")
+    print(f"{len(records)} examples replayed from {reference}; records: {examples_path}")
     return 0
 
 

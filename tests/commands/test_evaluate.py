@@ -146,3 +146,28 @@ def test_resume_after_kill_recomputes_nothing_finished(reference_run, gguf_model
         assert (resumed["task_name"], resumed["example_id"]) == (expected["task_name"], expected["example_id"])
         assert resumed["choice_logprob_sum"] == pytest.approx(expected["choice_logprob_sum"], abs=1e-4)
         assert resumed["correct"] == expected["correct"]
+
+
+def test_replay_serves_recorded_scores_in_the_seeded_order(capsys, tmp_path):
+    import numpy as np
+
+    from flasheval.reference import load_reference
+    from flasheval.sampling import example_order
+
+    argv = ["evaluate", "--model", "replay:helm_lite/meta/llama-3-70b", "--tasks", "helm_lite/gsm8k,helm_lite/mmlu",
+            "--n-examples", "7", "--seed", "3", "--output", str(tmp_path), "--format", "jsonl"]
+    assert cli.main(argv) == 0
+    records = _records(tmp_path)
+    reference = load_reference("helm_lite")
+    row = dict(zip(reference.dataset_names, reference.model_rows("meta/llama-3-70b")))
+    for task in ("helm_lite/gsm8k", "helm_lite/mmlu"):
+        ids = reference.example_ids[reference.dataset_names.index(task)]
+        expected_ids = example_order(ids, seed=3, task_name=task)[:7]
+        got = [r for r in records if r["task_name"] == task]
+        assert [r["example_id"] for r in got] == list(expected_ids)
+        expected_scores = row[task][0][[ids.index(i) for i in expected_ids]]
+        assert np.allclose([r["score"] for r in got], expected_scores)
+    summary = read_record(tmp_path / "summary.json").payload
+    assert summary["n_examples"] == 14 and summary["reference"] == "helm_lite"
+    err = _error_line(capsys, [*argv[:2], "replay:helm_lite/no/such-model", *argv[3:]])
+    assert "unknown model of reference helm_lite 'no/such-model'" in err
