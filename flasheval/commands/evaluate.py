@@ -77,8 +77,26 @@ def run(args: argparse.Namespace) -> int:
     per_task = {s.spec.name: evaluation.task_requests(s, seed=args.seed, prefix_space=prefix_space) for s in selections}
     flat = [(task, example_id, r) for task, by_id in per_task.items() for example_id, rs in by_id.items() for r in rs]
     results, counts = _score(backend, [r for _, _, r in flat], args.store or args.output / "store", state)
-    if not state.is_main_process:
-        return 0
+    try:
+        return _write_outputs(args, selections, per_task, flat, results, counts, backend, state) if state.is_main_process else 0
+    finally:
+        _shutdown(state)
+
+
+def _shutdown(state: Any) -> None:
+    """Wait for every process, then tear the process group down (an implicit teardown at
+    interpreter exit can abort a gloo/NCCL process and fail the launch)."""
+    if state.num_processes > 1:
+        state.wait_for_everyone()
+        state.destroy_process_group()
+
+
+def _write_outputs(
+    args: argparse.Namespace, selections: Any, per_task: Any, flat: Any, results: Any, counts: Any, backend: Any, state: Any
+) -> int:
+    """Records, accuracies, the examples file and the summary record (main process only)."""
+    from flasheval import evaluation
+
     by_example: dict[str, dict[str, list[Any]]] = {task: {} for task in per_task}
     for (task, example_id, _), result in zip(flat, results):
         by_example[task].setdefault(example_id, []).append(result)
