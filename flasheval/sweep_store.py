@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from flasheval.errors import InputError
+from flasheval.journal import append_lines, read_journal, truncate_journal
 from flasheval.scorer import ExampleScorer, ScoredExamples
 
 __all__ = ["ResultsStore", "StoredScorer"]
@@ -47,22 +48,18 @@ class ResultsStore:
         return len(self._rows)
 
     def _load(self) -> None:
-        raw = self.path.read_bytes()
-        good_end = raw.rfind(b"\n") + 1
-        lines = raw[:good_end].decode("utf-8").splitlines()
-        tail = raw[good_end:]
-        if tail:
-            logger.warning("%s: dropped a torn last line (%d bytes) left by an interrupted write", self.path, len(tail))
-            with open(self.path, "r+b") as fh:
-                fh.truncate(good_end)
-                os.fsync(fh.fileno())
-        for number, line in enumerate(lines, start=1):
+        contents = read_journal(self.path)
+        if contents.torn_tail:
+            logger.warning("%s: dropped a torn last line (%d bytes) left by an interrupted write", self.path,
+                           contents.torn_tail)
+            truncate_journal(self.path, contents.size - contents.torn_tail)
+        for number, line in enumerate(contents.lines, start=1):
             try:
                 row = json.loads(line)
                 key = (str(row["model_id"]), str(row["task_name"]), str(row["example_id"]))
                 tokens = row.get("n_tokens")
                 self._rows[key] = (float(row["score"]), None if tokens is None else int(tokens))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
                 raise InputError(f"corrupt results-store line ({exc.__class__.__name__}: {exc})", path=self.path,
                                  line=number) from None
 
@@ -78,11 +75,7 @@ class ResultsStore:
             n_tok = None if tokens is None else int(tokens[i])
             row = dict(zip(_FIELDS, (model_id, task_name, example_id, float(scored.scores[i]), n_tok)))
             lines.append(json.dumps(row, separators=(",", ":")))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_lines(self.path, lines)
         for i, example_id in enumerate(example_ids):
             self._rows[(model_id, task_name, example_id)] = (
                 float(scored.scores[i]), None if tokens is None else int(tokens[i]))

@@ -26,6 +26,7 @@ from typing import Any
 from flasheval.backends.base import Backend, OnResults
 from flasheval.errors import BackendError
 from flasheval.hashing import stable_hash
+from flasheval.journal import append_lines, read_journal, truncate_journal
 from flasheval.types import (
     GenerationRequest,
     GenerationResult,
@@ -57,7 +58,7 @@ def _checksum(record: dict[str, Any]) -> str:
 def _encode(fingerprint: str, key: str, result: Result) -> str:
     record = {"fp": fingerprint, "key": key, "kind": _KIND_OF[type(result)], "result": dataclasses.asdict(result)}
     record["crc"] = _checksum(record)
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
 def _decode(line: bytes) -> dict[str, Any] | None:
@@ -110,16 +111,14 @@ class ResultStore:
         self._lock_fd = fd
 
     def _load(self) -> None:
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        lines = data.split(b"\n")
-        tail = lines.pop()  # text after the last newline: empty unless the last write was torn
-        good_end = len(data) - len(tail)
-        for number, line in enumerate(lines, start=1):
+        contents = read_journal(self.path)
+        good_end = contents.size - contents.torn_tail
+        n_lines = len(contents.lines)
+        for number, line in enumerate(contents.lines, start=1):
             record = _decode(line)
             if record is None:
-                if number == len(lines) and not tail:
+                if number == n_lines and not contents.torn_tail:
+                    # A complete last line that fails its checksum is a torn write too.
                     good_end -= len(line) + 1
                     self._warn_torn(number)
                 else:
@@ -127,12 +126,10 @@ class ResultStore:
                 continue
             if record["fp"] == self.fingerprint:
                 self._results[record["key"]] = _KINDS[record["kind"]](**record["result"])
-        if tail:
-            self._warn_torn(len(lines) + 1)
-        if self.writer and good_end < len(data):
-            with self.path.open("r+b") as fh:
-                fh.truncate(good_end)
-                os.fsync(fh.fileno())
+        if contents.torn_tail:
+            self._warn_torn(n_lines + 1)
+        if self.writer and good_end < contents.size:
+            truncate_journal(self.path, good_end)
 
     def _warn_torn(self, number: int) -> None:
         if self.writer:
@@ -151,9 +148,7 @@ class ResultStore:
         for key, result in fresh:
             self._results[key] = result
         if self._fh is not None and fresh:
-            self._fh.write("".join(_encode(self.fingerprint, key, result) for key, result in fresh).encode("utf-8"))
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            append_lines(self._fh, [_encode(self.fingerprint, key, result) for key, result in fresh])
 
     def close(self) -> None:
         """Close the file and release the writer lock."""
