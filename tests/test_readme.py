@@ -1,8 +1,9 @@
 """README.md's two opening commands stay true: CI runs exactly the test command README shows."""
 
 import re
+from pathlib import Path
 
-from conftest import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _readme_commands() -> list[str]:
