@@ -1,1 +1,7 @@
-"""Statistics: pure numpy/scipy functions (bootstrap, ranking, scaling-law fits)."""
+"""Statistics core: numpy/scipy only (no pandas, no I/O).
+
+- :mod:`flasheval.stats.ranking`: aggregates over datasets and ranks with ties.
+- :mod:`flasheval.stats.bootstrap`: paired, dataset-stratified bootstrap of ranks, vectorized
+  over replicates, with a finite-population correction.
+- :mod:`flasheval.stats.scaling`: scaling-law fits.
+"""

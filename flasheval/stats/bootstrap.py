@@ -1,0 +1,334 @@
+"""Paired, dataset-stratified bootstrap of a new model's rank among a reference pool.
+
+The estimand is the new model's rank among the reference models on the FULL data. The new
+model is scored on a nested subsample ``S_d`` of each dataset ``d``; every reference model is
+taken on the SAME examples (paired). One bootstrap replicate resamples, within each dataset,
+``n_d`` example indices with replacement from ``S_d``; the same indices are used for the new
+model and for every reference model, so example difficulty cancels in every comparison.
+
+Vectorized over replicates: the resampled indices of dataset ``d`` become a count matrix
+``C`` of shape ``(n_resamples, n_d)`` (how often each example was drawn), and all replicate
+means of all models are one matrix product ``C @ scores.T / n_d`` (float32 counts and scores are
+exact for 0/1 scores and n_d < 2**24; the sum is accumulated in float32, which for the
+fractional scores of other references gives ~1e-7 relative error, far below the bootstrap noise).
+
+Two estimators
+--------------
+``paired`` (plain): every model's per-dataset mean is its mean on the subsample; the new model
+is compared with each reference model through their difference on the same examples.
+``control-variate`` (default): the reference models' scores are known on EVERY example, so
+their full-data means are exact and only the new model's full-data mean is estimated, by the
+regression estimator ``ybar_S + b * (cbar_full - cbar_S)`` with covariate ``c_i`` = the pool's
+mean score on example ``i`` (its difficulty) and ``b`` the least-squares slope on the
+subsample. Each replicate resamples the same example indices for ``y`` and ``c`` (paired) and
+refits ``b``. On helm_lite the residual variance is ~0.13 against ~0.24 for the difference
+with the nearest reference model, i.e. about half the examples for the same precision.
+
+Finite population
+-----------------
+Dataset ``d`` has only ``N_d`` examples, so once ``S_d`` is most of it the full-data mean is
+nearly known. Each replicate deviation is shrunk by the finite-population factor
+``sqrt(1 - n_d / N_d)``: replicate = observed + sqrt(1 - n/N) * (bootstrap - observed). Its
+variance is the classical ``(1 - n/N) s^2 / n`` of a mean under sampling without replacement,
+and when ``S_d`` is the whole dataset every replicate equals the full-data value, so at the
+last stage the rank interval is degenerate and equals the full-data rank.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from flasheval.stats.ranking import aggregate, rank_among
+
+__all__ = [
+    "RankDistribution",
+    "resample_counts",
+    "bootstrap_dataset_means",
+    "percentile_interval",
+    "rank_distribution",
+    "control_variate_means",
+    "ESTIMATORS",
+]
+
+ESTIMATORS: tuple[str, ...] = ("control-variate", "paired")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class RankDistribution:
+    """Bootstrap distribution of a new model's rank among a pool (rank 1 = best)."""
+
+    mid_rank: float
+    """Mid-rank on the observed subsample (``1 + n_better + n_tied / 2``)."""
+    replicates: np.ndarray
+    """Mid-rank in each bootstrap replicate, ``(n_resamples,)``."""
+    confidence_level: float
+    """Two-sided level of :attr:`interval`."""
+    interval: tuple[int, int]
+    """Percentile interval of the rank, widened outward to whole ranks."""
+    n_models: int
+    """Pool size; ranks lie in ``1 .. n_models + 1``."""
+
+    @property
+    def rank(self) -> int:
+        """Point rank as a whole number (a half-integer mid-rank rounds up, the cautious way)."""
+        return int(math.floor(self.mid_rank + 0.5))
+
+    @property
+    def width(self) -> int:
+        """Number of ranks the interval spans minus one (0 = a single rank)."""
+        return self.interval[1] - self.interval[0]
+
+
+def resample_counts(n_examples: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """How often each of ``n_examples`` examples is drawn in each replicate, float32 ``(n_resamples, n_examples)``.
+
+    Equivalent to drawing ``n_examples`` indices with replacement per replicate.
+
+    Examples
+    --------
+    >>> c = resample_counts(5, 3, np.random.default_rng(0))
+    >>> c.shape, c.sum(axis=1).tolist()
+    ((3, 5), [5.0, 5.0, 5.0])
+    """
+    if n_examples < 1:
+        raise ValueError("n_examples must be >= 1")
+    idx = rng.integers(0, n_examples, size=(n_resamples, n_examples))
+    idx += np.arange(n_resamples)[:, None] * n_examples
+    counts = np.bincount(idx.ravel(), minlength=n_resamples * n_examples)
+    return counts.reshape(n_resamples, n_examples).astype(np.float32)
+
+
+def bootstrap_dataset_means(
+    scores: Sequence[np.ndarray],
+    *,
+    population_sizes: Sequence[int | None] | None = None,
+    n_resamples: int = 1000,
+    rng: int | np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Observed and bootstrap per-dataset means of every model, paired and stratified by dataset.
+
+    Parameters
+    ----------
+    scores
+        One array per dataset, ``(n_models, n_d)``: per-example scores of every model on the
+        SAME ``n_d`` examples (row order identical across datasets).
+    population_sizes
+        Examples in each full dataset (``N_d``; ``None`` = infinite, no correction).
+    n_resamples
+        Number of bootstrap replicates.
+    rng
+        Seed or generator; each dataset gets an independent child stream.
+
+    Returns
+    -------
+    observed : numpy.ndarray
+        ``(n_models, n_datasets)`` means on the given examples.
+    replicates : numpy.ndarray
+        ``(n_resamples, n_models, n_datasets)`` finite-population-corrected replicate means.
+
+    Examples
+    --------
+    >>> s = [np.array([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0]])]
+    >>> obs, rep = bootstrap_dataset_means(s, population_sizes=[4], n_resamples=5, rng=0)
+    >>> obs.ravel().tolist(), bool(np.all(rep == obs))
+    ([0.75, 0.5], True)
+    """
+    if n_resamples < 1:
+        raise ValueError("n_resamples must be >= 1")
+    sizes = list(population_sizes) if population_sizes is not None else [None] * len(scores)
+    if len(sizes) != len(scores):
+        raise ValueError("population_sizes must have one entry per dataset")
+    streams = np.random.default_rng(rng).spawn(len(scores))
+    n_models = scores[0].shape[0]
+    observed = np.empty((n_models, len(scores)))
+    replicates = np.empty((n_resamples, n_models, len(scores)))
+    for d, (s, size, stream) in enumerate(zip(scores, sizes, streams)):
+        s = np.asarray(s)
+        n = s.shape[1]
+        if s.shape[0] != n_models or n < 1:
+            raise ValueError(f"dataset {d}: scores must be (n_models={n_models}, n_d >= 1), got {s.shape}")
+        if size is not None and size < n:
+            raise ValueError(f"dataset {d}: population size {size} < {n} scored examples")
+        observed[:, d] = s.mean(axis=1)
+        shrink = 1.0 if size is None else math.sqrt(1.0 - n / size)
+        if shrink == 0.0:
+            replicates[:, :, d] = observed[:, d]
+            continue
+        counts = resample_counts(n, n_resamples, stream)
+        boot = (counts @ s.T.astype(np.float32)).astype(np.float64) / n
+        replicates[:, :, d] = observed[:, d] + shrink * (boot - observed[:, d])
+    return observed, replicates
+
+
+def percentile_interval(values: np.ndarray, confidence_level: float) -> tuple[float, float]:
+    """Two-sided percentile interval of bootstrap ``values``, using observed values only.
+
+    The lower end is the largest replicate value with at most ``alpha/2`` of the replicates
+    strictly below it (``method="lower"``), the upper end symmetric (``"higher"``), so the
+    interval never interpolates between discrete ranks.
+
+    Examples
+    --------
+    >>> percentile_interval(np.arange(1, 101, dtype=float), 0.9)
+    (5.0, 96.0)
+    """
+    if not 0.0 < confidence_level < 1.0:
+        raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level}")
+    alpha = 1.0 - confidence_level
+    lo = float(np.quantile(values, alpha / 2, method="lower"))
+    hi = float(np.quantile(values, 1 - alpha / 2, method="higher"))
+    return lo, hi
+
+
+def rank_distribution(
+    new_scores: Sequence[np.ndarray],
+    pool_scores: Sequence[np.ndarray],
+    *,
+    population_sizes: Sequence[int | None] | None = None,
+    kind: str = "mean",
+    higher_is_better: bool = True,
+    dataset_names: Sequence[str] = (),
+    random_baselines: Mapping[str, float] | None = None,
+    n_resamples: int = 1000,
+    confidence_level: float = 0.95,
+    rng: int | np.random.Generator | None = None,
+    estimator: str = "paired",
+    pool_full_means: np.ndarray | None = None,
+) -> RankDistribution:
+    """Bootstrap distribution of a new model's rank among a pool.
+
+    Parameters
+    ----------
+    new_scores
+        Per dataset, ``(n_d,)`` scores of the new model on its subsample.
+    pool_scores
+        Per dataset, ``(n_models, n_d)`` scores of the pool on the same examples, same order.
+    population_sizes, n_resamples, rng
+        As in :func:`bootstrap_dataset_means`.
+    kind, higher_is_better, dataset_names, random_baselines
+        The aggregate (see :func:`flasheval.stats.ranking.aggregate`).
+    confidence_level
+        Two-sided level of the percentile interval.
+    estimator
+        ``"paired"`` or ``"control-variate"`` (see the module docstring).
+    pool_full_means
+        ``(n_models, n_datasets)`` full-data means of the pool; required by
+        ``control-variate``, which then compares the new model's estimate with these exact values.
+
+    Examples
+    --------
+    >>> new = [np.ones(50)]
+    >>> pool = [np.vstack([np.zeros(50), np.r_[np.ones(25), np.zeros(25)]])]
+    >>> dist = rank_distribution(new, pool, n_resamples=200, rng=0)
+    >>> dist.rank, dist.interval
+    (1, (1, 1))
+    """
+    if len(new_scores) != len(pool_scores):
+        raise ValueError("new_scores and pool_scores need one entry per dataset")
+    options = {"kind": kind, "higher_is_better": higher_is_better, "dataset_names": dataset_names,
+               "random_baselines": random_baselines}
+    direction = True if kind == "win_rate" else higher_is_better
+    if estimator == "control-variate":
+        if pool_full_means is None:
+            raise ValueError("the control-variate estimator needs pool_full_means")
+        full = np.asarray(pool_full_means, dtype=np.float64)
+        covariates = [np.asarray(p, dtype=np.float64).mean(axis=0) for p in pool_scores]
+        new_obs, new_rep = control_variate_means(new_scores, covariates, full.mean(axis=0),
+                                                 population_sizes=population_sizes, n_resamples=n_resamples, rng=rng)
+        observed = np.vstack([new_obs[None, :], full])
+        replicates = np.concatenate([new_rep[:, None, :], np.broadcast_to(full, (n_resamples, *full.shape))], axis=1)
+        return _rank_summary(observed, replicates, options, direction, confidence_level)
+    if estimator != "paired":
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    joint = [np.vstack([np.asarray(n, dtype=np.float64)[None, :], np.asarray(p, dtype=np.float64)])
+             for n, p in zip(new_scores, pool_scores)]
+    observed, replicates = bootstrap_dataset_means(joint, population_sizes=population_sizes,
+                                                   n_resamples=n_resamples, rng=rng)
+    return _rank_summary(observed, replicates, options, direction, confidence_level)
+
+
+def control_variate_means(
+    new_scores: Sequence[np.ndarray],
+    covariates: Sequence[np.ndarray],
+    covariate_full_means: Sequence[float],
+    *,
+    population_sizes: Sequence[int | None] | None = None,
+    n_resamples: int = 1000,
+    rng: int | np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Regression (control-variate) estimates of a model's full-data mean per dataset, and replicates.
+
+    Parameters
+    ----------
+    new_scores
+        Per dataset, ``(n_d,)`` scores of the model on its subsample.
+    covariates
+        Per dataset, ``(n_d,)`` covariate on the same examples (e.g. the pool's mean score).
+    covariate_full_means
+        Per dataset, the covariate's mean over the whole dataset (known).
+    population_sizes, n_resamples, rng
+        As in :func:`bootstrap_dataset_means` (same child streams, so the same seed resamples
+        the same indices).
+
+    Returns
+    -------
+    observed : numpy.ndarray
+        ``(n_datasets,)`` estimates ``ybar + b (cbar_full - cbar)``.
+    replicates : numpy.ndarray
+        ``(n_resamples, n_datasets)``, finite-population corrected.
+
+    Examples
+    --------
+    >>> y, c = np.array([1.0, 0.0, 1.0, 0.0]), np.array([0.9, 0.1, 0.7, 0.3])
+    >>> obs, rep = control_variate_means([y], [c], [0.6], n_resamples=10, rng=0)
+    >>> round(float(obs[0]), 3)  # ybar 0.5 corrected by slope 1.5 times (0.6 - 0.5)
+    0.65
+    """
+    sizes = list(population_sizes) if population_sizes is not None else [None] * len(new_scores)
+    streams = np.random.default_rng(rng).spawn(len(new_scores))
+    observed = np.empty(len(new_scores))
+    replicates = np.empty((n_resamples, len(new_scores)))
+    for d, (y, c, cbar, size, stream) in enumerate(zip(new_scores, covariates, covariate_full_means, sizes, streams)):
+        y, c = np.asarray(y, dtype=np.float64), np.asarray(c, dtype=np.float64)
+        n = len(y)
+        if c.shape != y.shape or n < 1:
+            raise ValueError(f"dataset {d}: covariate and scores must have the same non-empty shape")
+        design = np.stack([y, c, y * c, c * c]).astype(np.float32)  # moments for the slope
+        obs_m = design.astype(np.float64).mean(axis=1)
+        observed[d] = _cv_estimate(obs_m[None, :], cbar)[0]
+        shrink = 1.0 if size is None else math.sqrt(max(0.0, 1.0 - n / size))
+        if shrink == 0.0:
+            replicates[:, d] = observed[d]
+            continue
+        counts = resample_counts(n, n_resamples, stream)
+        moments = (counts @ design.T).astype(np.float64) / n
+        replicates[:, d] = observed[d] + shrink * (_cv_estimate(moments, cbar) - observed[d])
+    return observed, replicates
+
+
+def _cv_estimate(moments: np.ndarray, cbar_full: float) -> np.ndarray:
+    """``ybar + b (cbar_full - cbar)`` from moment columns (ybar, cbar, mean yc, mean cc)."""
+    ybar, cbar, yc, cc = moments.T
+    var_c = cc - cbar * cbar
+    cov = yc - ybar * cbar
+    slope = np.divide(cov, var_c, out=np.zeros_like(cov), where=var_c > 1e-9)
+    return ybar + slope * (cbar_full - cbar)
+
+
+def _rank_summary(observed: np.ndarray, replicates: np.ndarray, options: dict, direction: bool,
+                  confidence_level: float) -> RankDistribution:
+    """Mid-rank of row 0 among the other rows, observed and per replicate, with its interval."""
+    obs_agg = aggregate(observed, **options)
+    rep_agg = aggregate(replicates, **options)
+    mid = float(rank_among(obs_agg[0], obs_agg[1:], higher_is_better=direction))
+    reps = rank_among(rep_agg[:, 0], rep_agg[:, 1:], higher_is_better=direction)
+    lo, hi = percentile_interval(reps, confidence_level)
+    # widen half-integer mid-ranks outward to whole ranks; always contain the point rank
+    point = int(math.floor(mid + 0.5))
+    interval = (min(int(math.floor(lo)), point), max(int(math.ceil(hi)), point))
+    return RankDistribution(mid_rank=mid, replicates=reps, confidence_level=confidence_level,
+                            interval=interval, n_models=observed.shape[0] - 1)
