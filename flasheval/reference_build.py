@@ -51,7 +51,7 @@ class NamedModel:
     """The spec as typed, without the name."""
 
 
-def parse_named_models(texts: Sequence[str]) -> tuple[NamedModel, ...]:
+def parse_named_models(texts: Sequence[str], *, field: str = "--models") -> tuple[NamedModel, ...]:
     """Parse ``[NAME=]SPEC`` strings; duplicate names and ``replay:`` specs are refused.
 
     Examples
@@ -66,7 +66,7 @@ def parse_named_models(texts: Sequence[str]) -> tuple[NamedModel, ...]:
             name, rest = "", text
         spec = parse_model_spec(rest)
         if spec.kind == "replay":
-            raise InputError(f"{text!r}: replay models have no weights to score", field="--models",
+            raise InputError(f"{text!r}: replay models have no weights to score", field=field,
                              allowed=["gguf:FILE", "hf:PATH_OR_ID"])
         target = Path(spec.target)
         model_id = name or (target.stem if spec.kind == "gguf" else target.name or spec.target)
@@ -74,11 +74,11 @@ def parse_named_models(texts: Sequence[str]) -> tuple[NamedModel, ...]:
     names = [m.model_id for m in models]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise InputError(f"model names {dup} appear twice (name them with NAME=SPEC)", field="--models")
+        raise InputError(f"model names {dup} appear twice (name them with NAME=SPEC)", field=field)
     return tuple(models)
 
 
-def check_model_files(models: Sequence[NamedModel]) -> None:
+def check_model_files(models: Sequence[NamedModel], *, field: str = "--models") -> None:
     """Refuse, before any model is loaded, specs whose local files are missing (all listed)."""
     missing = []
     for model in models:
@@ -89,7 +89,7 @@ def check_model_files(models: Sequence[NamedModel]) -> None:
         elif model.spec.kind == "gguf" and not path.is_file():
             missing.append(f"{model.model_id} ({path} is not a file)")
     if missing:
-        raise InputError(f"model files not found: {', '.join(missing)}", field="--models")
+        raise InputError(f"model files not found: {', '.join(missing)}", field=field)
 
 
 def select_example_ids(task: LiveTask, *, seed: int, n_examples: int | None) -> tuple[str, ...]:

@@ -50,8 +50,8 @@ def _slug(text: str) -> str:
 def run_live(args: argparse.Namespace) -> int:
     from flasheval.commands.place import format_summary
 
-    model = parse_named_models([args.model])[0]
-    check_model_files([model])
+    model = parse_named_models([args.model], field="--model")[0]
+    check_model_files([model], field="--model")
     reference = load_reference(args.reference, missing=args.missing)
     settings = BuildSettings.from_json(reference.manifest.build, where=reference.name)
     seed, dtype = check_live_settings(settings, seed=args.seed, dtype=args.dtype, where=reference.name)
