@@ -9,6 +9,7 @@ store in the output folder, by :class:`flasheval.live.LiveScorer`.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import time
 from pathlib import Path
@@ -80,6 +81,8 @@ def run_live(args: argparse.Namespace) -> int:
                        aggregate=args.aggregate)
     finally:
         store.close()
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0  # under accelerate launch only the main process reports
     for stage in result.stages:
         print(f"  {stage.log_line(len(plan.stages))}")
     payload = result.to_json()
