@@ -20,22 +20,14 @@ from flasheval.reference import load_reference
 from flasheval.reference_build import BuildSettings, check_model_files, parse_named_models
 from flasheval.sampling import example_order
 from flasheval.tasks import resolve_task_file, task_spec
+from tests._tiny_models import save_tiny_models
 
 TASKS = ("copa", "winograd")
 
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory) -> dict[str, Path]:
-    from tests.backends.conftest import tiny_model_and_tokenizer
-
-    root = tmp_path_factory.mktemp("models")
-    folders = {}
-    for seed in (0, 1, 2):
-        model, tokenizer = tiny_model_and_tokenizer(seed, max_positions=512)
-        folders[f"m{seed}"] = root / f"m{seed}"
-        model.save_pretrained(folders[f"m{seed}"])
-        tokenizer.save_pretrained(folders[f"m{seed}"])
-    return folders
+    return save_tiny_models(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture()
