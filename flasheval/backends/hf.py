@@ -123,6 +123,12 @@ class HFBackend:
         return self._fingerprint
 
     @property
+    def prefix_space(self) -> bool:
+        """Whether continuations should carry a leading space: the tokenizer encodes ``" a"`` as
+        one token (GPT-2 / GPT-NeoX / Llama-3 style BPE), llm-foundry's test; SentencePiece does not."""
+        return len(self._tokenizer(" a", add_special_tokens=False).input_ids) == 1
+
+    @property
     def batch_size(self) -> int:
         """Current maximum rows per forward pass (smaller after an out-of-memory back-off)."""
         return self._max_rows

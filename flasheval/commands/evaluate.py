@@ -1,0 +1,151 @@
+"""``flasheval evaluate``: score the first N examples of each task's seeded order with a model.
+
+Runs the same under ``accelerate launch -m flasheval evaluate ...`` (every process loads the
+model and scores its share; only the main process writes). Finished requests are stored in a
+crash-safe results store (``<output>/store`` unless ``--store``), so rerunning an interrupted
+command recomputes nothing that had finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from flasheval.errors import InputError
+
+__all__ = ["register", "run"]
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("parquet", "jsonl")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``evaluate`` subcommand."""
+    parser = subparsers.add_parser("evaluate", help="score the first N examples of tasks with a model; per-example records")
+    parser.add_argument("--model", required=True, metavar="SPEC", help="hf:PATH_OR_ID[@REVISION] or gguf:FILE")
+    parser.add_argument("--task-dir", required=True, type=Path, metavar="DIR", help="task data (e.g. ../shared/data/tasks)")
+    parser.add_argument("--tasks", required=True, metavar="T1,T2", help="comma-separated task names")
+    parser.add_argument("--n-examples", type=int, default=None, metavar="N", help="first N of each task's seeded order (default: all)")
+    parser.add_argument("--seed", type=int, default=1234, help="order and few-shot seed (default 1234)")
+    parser.add_argument("--output", required=True, type=Path, metavar="DIR", help="where records and the summary go")
+    parser.add_argument("--format", choices=FORMATS, default="parquet", help="per-example records format")
+    parser.add_argument("--store", type=Path, metavar="DIR", help="results store folder (default OUTPUT/store)")
+    parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--batch-size", type=int, default=32, help="continuations per forward pass (halved on OOM)")
+    parser.add_argument("--max-length", type=int, default=None, help="max tokens per sequence (default: the model's)")
+    parser.set_defaults(func=run)
+
+
+def _task_names(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise InputError("no task names given", field="--tasks")
+    if len(set(names)) != len(names):
+        raise InputError(f"task listed twice in {text!r}", field="--tasks")
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``flasheval evaluate``."""
+    from flasheval import evaluation
+    from flasheval.backends import CachedBackend, DistributedBackend, ResultStore, open_backend, parse_model_spec
+    from flasheval.backends.distributed import make_state
+
+    spec = parse_model_spec(args.model)
+    if spec.kind == "replay":
+        raise InputError("replay: models serve recorded scores, not log-likelihoods; use them with placement", field="--model")
+    if args.n_examples is not None and args.n_examples < 1:
+        raise InputError(f"must be >= 1, got {args.n_examples}", field="--n-examples")
+    if args.batch_size < 1:
+        raise InputError(f"must be >= 1, got {args.batch_size}", field="--batch-size")
+    # Validate the tasks (cheap) before loading the model (slow).
+    selections = evaluation.select_examples(_task_names(args.tasks), args.task_dir, n_examples=args.n_examples, seed=args.seed)
+    state = make_state()
+    backend = open_backend(spec, dtype=args.dtype, device=args.device, batch_size=args.batch_size, max_length=args.max_length)
+    prefix_space = getattr(backend, "prefix_space", True)
+    per_task = {s.spec.name: evaluation.task_requests(s, seed=args.seed, prefix_space=prefix_space) for s in selections}
+    flat = [(task, example_id, r) for task, by_id in per_task.items() for example_id, rs in by_id.items() for r in rs]
+    store_dir = args.store or args.output / "store"
+    store = ResultStore(store_dir, fingerprint=backend.fingerprint) if state.is_main_process else None
+    state.wait_for_everyone()  # the main process opens (and repairs) the store before anyone reads it
+    if store is None:
+        store = ResultStore(store_dir, fingerprint=backend.fingerprint, writer=False)
+    engine = CachedBackend(DistributedBackend(backend, state=state, progress=True), store)
+    n_stored = sum(store.get(r.key) is not None for _, _, r in flat)
+    started = time.perf_counter()
+    try:
+        results = evaluation.score_requests(engine, [r for _, _, r in flat])
+    finally:
+        store.close()
+    elapsed = time.perf_counter() - started
+    if not state.is_main_process:
+        return 0
+    by_example: dict[str, dict[str, list[Any]]] = {task: {} for task in per_task}
+    for (task, example_id, _), result in zip(flat, results):
+        by_example[task].setdefault(example_id, []).append(result)
+    records, scores = [], {}
+    for selection in selections:
+        name = selection.spec.name
+        task_records, scores[name] = evaluation.example_records(
+            selection, per_task[name], {k: tuple(v) for k, v in by_example[name].items()}
+        )
+        records.extend(task_records)
+    accuracy = evaluation.accuracies(selections, scores)
+    examples_path = _write_examples(records, args.output, args.format)
+    n_examples = sum(len(s.example_ids) for s in selections)
+    payload = {
+        "model": args.model,
+        "fingerprint": backend.fingerprint,
+        "seed": args.seed,
+        "n_examples_per_task": args.n_examples,
+        "tasks": {s.spec.name: {"n_examples": len(s.example_ids), "accuracy": accuracy[s.spec.name]} for s in selections},
+        "n_examples": n_examples,
+        "n_requests": len(flat),
+        "n_requests_from_store": n_stored,
+        "n_requests_computed": engine.n_computed,
+        "scoring_seconds": elapsed,
+        "examples_per_second": n_examples / elapsed if elapsed > 0 else None,
+        "world_size": state.num_processes,
+        "examples_file": examples_path.name,
+    }
+    from flasheval.records import write_record
+
+    write_record(args.output / "summary.json", kind="evaluate", payload=payload)
+    for selection in selections:
+        name = selection.spec.name
+        print(f"{name:32} n={len(selection.example_ids):5d}  accuracy={accuracy[name]:.4f}")
+    print(
+        f"{n_examples} examples, {len(flat)} requests ({n_stored} from the store) in {elapsed:.1f}s "
+        f"on {state.num_processes} process(es); records: {examples_path}"
+    )
+    return 0
+
+
+def _write_examples(records: list[Any], output: Path, fmt: str) -> Path:
+    """Write the per-example records atomically as parquet or JSON lines."""
+    output.mkdir(parents=True, exist_ok=True)
+    rows = [dataclasses.asdict(r) for r in records]
+    target = output / f"examples.{fmt}"
+    if fmt == "jsonl":
+        from flasheval.records import atomic_write_text
+
+        atomic_write_text(target, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        return target
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=[f.name for f in dataclasses.fields(records[0])] if records else None)
+    for column in ("fewshot_ids", "choice_logprob_sum", "choice_n_tokens"):
+        if column in frame:
+            frame[column] = frame[column].map(list)
+    temporary = output / f".examples.{fmt}.tmp"
+    frame.to_parquet(temporary, index=False)
+    os.replace(temporary, target)
+    return target
