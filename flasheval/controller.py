@@ -265,6 +265,28 @@ def stage_rank(
     )
 
 
+def _nested_orders(reference: ReferenceLeaderboard, seed: int) -> tuple[list[tuple[str, ...]], list[np.ndarray]]:
+    """Per dataset, the seeded example order and the matrix column of each example in it."""
+    orders, positions = [], []
+    for name, ids in zip(reference.dataset_names, reference.example_ids):
+        orders.append(example_order(ids, seed=seed, task_name=name))
+        index = {e: i for i, e in enumerate(ids)}
+        positions.append(np.fromiter((index[e] for e in orders[-1]), dtype=np.int64, count=len(ids)))
+    return orders, positions
+
+
+def _score_new(scorer: ExampleScorer, names: tuple[str, ...], orders: list[tuple[str, ...]], gathered: list[_Scored],
+               targets: list[int]) -> None:
+    """Ask the scorer for the examples between what is scored and ``targets`` (only new ids)."""
+    for name, order, g, target in zip(names, orders, gathered, targets):
+        new_ids = order[g.n:target]
+        if new_ids:
+            got = scorer.score(name, new_ids)
+            if got.scores.shape != (len(new_ids),):
+                raise ValueError(f"scorer returned {got.scores.shape} scores for {len(new_ids)} examples of {name}")
+            g.add(got.scores.astype(np.float64), got.n_tokens)
+
+
 def _targets(stage_size: int | None, sizes: list[int]) -> list[int]:
     return [n if stage_size is None else min(stage_size, n) for n in sizes]
 
@@ -300,11 +322,7 @@ def place(
     """
     budget = budget or Budget()
     sizes = [len(ids) for ids in reference.example_ids]
-    orders, positions = [], []
-    for name, ids in zip(reference.dataset_names, reference.example_ids):
-        orders.append(example_order(ids, seed=seed, task_name=name))
-        index = {e: i for i, e in enumerate(ids)}
-        positions.append(np.fromiter((index[e] for e in orders[-1]), dtype=np.int64, count=len(ids)))
+    orders, positions = _nested_orders(reference, seed)
     gathered = [_Scored() for _ in sizes]
     n_parameters = getattr(scorer, "n_parameters", None)
     records: list[StageRecord] = []
@@ -319,13 +337,7 @@ def place(
             reason = f"stage {k + 1} would need {over}"
             logger.info("stage %d/%d: not started, %s: unresolved at budget", k + 1, len(plan.stages), over)
             break
-        for d, (name, g) in enumerate(zip(reference.dataset_names, gathered)):
-            new_ids = orders[d][g.n:targets[d]]
-            if new_ids:
-                got = scorer.score(name, new_ids)
-                if got.scores.shape != (len(new_ids),):
-                    raise ValueError(f"scorer returned {got.scores.shape} scores for {len(new_ids)} examples of {name}")
-                g.add(got.scores.astype(np.float64), got.n_tokens)
+        _score_new(scorer, reference.dataset_names, orders, gathered, targets)
         level = plan.look_confidence(look)
         dist = stage_rank(reference, [np.concatenate(g.scores) for g in gathered],
                           [positions[d][:g.n] for d, g in enumerate(gathered)], aggregate=aggregate,

@@ -156,3 +156,15 @@ def test_import_lm_eval_samples(tmp_path):
         from flasheval._reference_import import read_lm_eval_samples
 
         read_lm_eval_samples(tmp_path / "out")
+
+
+def test_token_counts_roundtrip_and_replay(tmp_path):
+    from flasheval.backends.replay import ReplayScorer
+
+    frame = _frame()
+    frame["n_tokens"] = np.arange(len(frame)) % 11 + 1
+    ref = load_reference(_write(tmp_path, frame))
+    got = ReplayScorer(ref, "m2").score("b", ["2", "0"])
+    expected = frame.set_index(["model", "dataset", "example_id"]).loc[[("m2", "b", "2"), ("m2", "b", "0")]]
+    np.testing.assert_array_equal(got.n_tokens, expected["n_tokens"].to_numpy())
+    np.testing.assert_array_equal(got.scores, expected["score"].to_numpy())
