@@ -7,7 +7,7 @@ gguf:...|hf:...``, so a placed model sees exactly the prompts the reference mode
    (:func:`flasheval.tasks.build_task_requests`) under the reference's ``seed`` and
    ``prefix_space``; the few-shot set of an example depends only on (seed, task, example id)
    and the task file, never on which other examples are scored;
-2. :func:`run_requests` sends them, batch-first, through a backend (normally a
+2. :func:`flasheval.evaluation.score_requests` sends them, batch-first, through a backend (normally a
    :class:`~flasheval.backends.CachedBackend` over the results store, so a killed run resumes);
 3. :func:`score_outcomes` scores each example with :func:`flasheval.tasks.score_example` and
    counts the tokens the model actually ran for it (:func:`example_tokens`).
@@ -30,18 +30,17 @@ import numpy as np
 
 from flasheval.backends.base import Backend
 from flasheval.errors import InputError
+from flasheval.evaluation import score_requests
 from flasheval.hashing import stable_hash
 from flasheval.scorer import ScoredExamples
 from flasheval.scoring import score_example
 from flasheval.tasks import Example, TaskSpec, build_task_requests, load_task_file, resolve_task_file, task_spec
 from flasheval.types import (
-    GenerationRequest,
     GenerationResult,
     LoglikelihoodRequest,
     LoglikelihoodResult,
     Request,
     Result,
-    RollingLoglikelihoodRequest,
 )
 
 __all__ = [
@@ -53,7 +52,6 @@ __all__ = [
     "build_example_requests",
     "prompt_digest",
     "task_prompt_digest",
-    "run_requests",
     "example_tokens",
     "score_outcomes",
 ]
@@ -168,18 +166,6 @@ def build_example_requests(task: LiveTask, example_ids: Sequence[str], *, seed: 
     return build_task_requests(task.spec, task.examples, seed=seed, example_ids=example_ids, prefix_space=prefix_space)
 
 
-def run_requests(backend: Backend, requests: Sequence[Request]) -> list[Result]:
-    """Answer mixed requests: each kind goes to its backend method in one batch-first call."""
-    results: list[Result | None] = [None] * len(requests)
-    for kind, method in ((LoglikelihoodRequest, backend.loglikelihood), (GenerationRequest, backend.generate),
-                         (RollingLoglikelihoodRequest, backend.loglikelihood_rolling)):
-        positions = [i for i, r in enumerate(requests) if isinstance(r, kind)]
-        if positions:
-            for i, result in zip(positions, method([requests[i] for i in positions])):  # type: ignore[operator]
-                results[i] = result
-    return results  # type: ignore[return-value]
-
-
 def example_tokens(requests: Sequence[Request], results: Sequence[Result]) -> int:
     """Tokens a shared-context backend ran for one example (``results`` answer ``requests``).
 
@@ -230,7 +216,7 @@ def score_examples(backend: Backend, task: LiveTask, example_ids: Sequence[str],
     """Build, run and score ``example_ids`` of ``task`` (one batch-first backend call per request kind)."""
     requests_by_id = build_example_requests(task, example_ids, seed=seed, prefix_space=prefix_space)
     flat = [r for requests in requests_by_id.values() for r in requests]
-    return score_outcomes(task, requests_by_id, run_requests(backend, flat))
+    return score_outcomes(task, requests_by_id, score_requests(backend, flat))
 
 
 class LiveScorer:
