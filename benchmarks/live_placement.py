@@ -155,16 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     specs = _model_specs(args.model_cache, list(MODELS))
     refs, work = args.work_dir / "refs", args.work_dir
     build_seconds = build_all(args, specs, refs, work)
-    rows = []
+    rows: list[dict] = []
     for holdout in args.holdout or list(MODELS):
         rows.append(place_one(args, specs, refs, work, holdout))
         print(_table(rows[-1:]), flush=True)
+        path = write_record(work / "live_placement.json", kind="benchmark-live-placement",  # after each model
+                            payload={"tasks": args.tasks.split(","), "n_examples": args.n_examples, "seed": args.seed,
+                                     "tiers": args.tiers, "build_seconds": build_seconds, "rows": rows})
     print(f"\nreference: {args.tasks} x {args.n_examples} examples (seed {args.seed}, float32); all-models build "
           f"{build_seconds:.0f} s this run (0 = reused); ranks are 1..{len(MODELS)} (3 reference models + the placed one)")
     print(_table(rows))
-    path = write_record(work / "live_placement.json", kind="benchmark-live-placement",
-                        payload={"tasks": args.tasks.split(","), "n_examples": args.n_examples, "seed": args.seed,
-                                 "tiers": args.tiers, "build_seconds": build_seconds, "rows": rows})
     print(f"record: {path}")
     return 0
 
