@@ -19,7 +19,9 @@ from flasheval.errors import FlashevalError
 __all__ = ["main", "build_parser"]
 
 # Subcommand modules under flasheval.commands, in the order `--help` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("tasks", "aggregate", "evaluate", "scaling", "reference", "tiers", "place", "backtest")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "tasks", "aggregate", "evaluate", "reference", "tiers", "place", "backtest", "sweep", "dior", "report", "scaling",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,7 +27,16 @@ from flasheval.types import (
     RollingLoglikelihoodRequest,
 )
 
-__all__ = ["TaskSelection", "ExampleRecord", "select_examples", "task_requests", "score_requests", "example_records", "accuracies"]
+__all__ = [
+    "TaskSelection",
+    "ExampleRecord",
+    "select_examples",
+    "task_requests",
+    "score_requests",
+    "example_records",
+    "accuracies",
+    "replay_records",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +69,8 @@ class ExampleRecord:
     """Chosen choice index, ``-1`` (language modelling) or the generated answer, as text."""
     correct: bool
     """Whether the example was answered correctly (llm-foundry's rule for the task type)."""
+    score: float
+    """The example's score: ``1.0``/``0.0`` for a scored model; the recorded score for a replay."""
 
 
 def select_examples(task_names: Sequence[str], task_dir: str | Path, *, n_examples: int | None, seed: int) -> list[TaskSelection]:
@@ -128,6 +139,7 @@ def example_records(
                 choice_n_tokens=n_tokens,
                 prediction=str(score.prediction),
                 correct=bool(score.correct),
+                score=float(score.correct),
             )
         )
         scores.append(score)
@@ -137,3 +149,46 @@ def example_records(
 def accuracies(selections: Sequence[TaskSelection], scores: dict[str, list[ExampleScore]]) -> dict[str, float]:
     """Per-task accuracy (macro-averaged over categories where the task has them)."""
     return {s.spec.name: task_accuracy(scores[s.spec.name], has_categories=s.spec.has_categories) for s in selections}
+
+
+def replay_records(
+    reference_and_model: str, task_names: Sequence[str], *, n_examples: int | None, seed: int
+) -> tuple[list[ExampleRecord], dict[str, float], str]:
+    """Records of a reference model's recorded scores (``replay:REFERENCE/MODEL``), same selection rule.
+
+    ``REFERENCE`` is the shortest prefix of ``reference_and_model`` (cut at a ``/``) that names a
+    reference; the rest is the model id (model ids contain ``/`` themselves, e.g. ``meta/llama-3-70b``).
+    Returns the records, per-task mean scores and the reference name.
+    """
+    from flasheval.backends.replay import ReplayScorer
+    from flasheval.errors import InputError, UnknownNameError
+    from flasheval.reference import load_reference, resolve_reference
+
+    parts = reference_and_model.split("/")
+    for cut in range(1, len(parts)):
+        try:
+            resolve_reference("/".join(parts[:cut]))
+        except UnknownNameError:
+            continue
+        reference, model_id = load_reference("/".join(parts[:cut])), "/".join(parts[cut:])
+        break
+    else:
+        raise InputError(f"replay spec {reference_and_model!r} is not REFERENCE/MODEL with a known reference", field="--model")
+    if model_id not in reference.model_ids:
+        raise UnknownNameError("model of reference " + reference.name, model_id, reference.model_ids, field="--model")
+    scorer = ReplayScorer(reference, model_id)
+    ids_of = dict(zip(reference.dataset_names, reference.example_ids))
+    records: list[ExampleRecord] = []
+    means: dict[str, float] = {}
+    for name in task_names:
+        if name not in ids_of:
+            raise UnknownNameError(f"task of reference {reference.name}", name, ids_of, field="--tasks")
+        chosen = nested_prefix(example_order(ids_of[name], seed=seed, task_name=name), n_examples)
+        scores = scorer.score(name, chosen).scores
+        means[name] = float(scores.mean())
+        records.extend(
+            ExampleRecord(task_name=name, example_id=i, category=None, fewshot_ids=(), choice_logprob_sum=(),
+                          choice_n_tokens=(), prediction="", correct=bool(v >= 0.5), score=float(v))
+            for i, v in zip(chosen, scores)
+        )
+    return records, means, reference.name

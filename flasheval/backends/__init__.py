@@ -1,4 +1,4 @@
-"""Model backends and scorers: the batch-first protocol, the Hugging Face backend, the results store and
+"""Model backends: the batch-first protocol, the Hugging Face backend, the results store and
 data parallelism.
 
 Importing this package does NOT import torch, transformers or accelerate: the Hugging Face

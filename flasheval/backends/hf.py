@@ -111,6 +111,9 @@ class HFBackend:
         # transformers 5.x renamed ``past_key_values`` to ``cache``; support both.
         forward_parameters = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in forward_parameters else "past_key_values"
+        # The context pass needs no logits: keep one position (older releases call it num_logits_to_keep).
+        keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward_parameters), None)
+        self._keep_one = {} if keep is None else {keep: 1}
         config_max = getattr(model.config, "max_position_embeddings", None) or 2048
         self.max_length = int(max_length or config_max)
         special = [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, 0]
@@ -278,7 +281,7 @@ class HFBackend:
                     attention_mask=run_mask.to(self._device),
                     position_ids=positions.to(self._device),
                     use_cache=True,
-                    logits_to_keep=1,
+                    **self._keep_one,
                 )
                 past = getattr(out, "cache", None)
                 past = out.past_key_values if past is None else past
@@ -286,7 +289,10 @@ class HFBackend:
                 prefix_mask = prefix_mask.to(self._device)[row_group]
             return self._continuation_pass(groups, rows, prefix_lengths, past, prefix_mask)
 
-    def _continuation_pass(self, groups, rows, prefix_lengths, past, prefix_mask) -> list[tuple[_Item, float, bool]]:
+    def _continuation_pass(
+        self, groups: list[_Group], rows: list[tuple[int, _Item]], prefix_lengths: list[int], past: Any, prefix_mask: Any
+    ) -> list[tuple[_Item, float, bool]]:
+        """Run ``[last context token] + continuation`` for every row (from the expanded cache) and score it."""
         torch = self._torch
         n_query = 1 + max(len(item.continuation) for _, item in rows)
         ids = torch.full((len(rows), n_query), self._pad_id, dtype=torch.long)
@@ -393,7 +399,7 @@ class HFBackend:
                         tokenizer=self._tokenizer,
                     )
                 for r, i in enumerate(members):
-                    new_tokens = [t for t in out[r, width:].tolist()]
+                    new_tokens = out[r, width:].tolist()
                     text = self._tokenizer.decode(new_tokens, skip_special_tokens=True)
                     cut = min([text.find(s) for s in stops if s in text], default=len(text))
                     request = requests[i]

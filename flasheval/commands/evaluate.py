@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.errors import InputError
+from flasheval.records import atomic_write_text, write_record
 
 __all__ = ["register", "run"]
 
@@ -29,8 +30,8 @@ FORMATS = ("parquet", "jsonl")
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``evaluate`` subcommand."""
     parser = subparsers.add_parser("evaluate", help="score the first N examples of tasks with a model; per-example records")
-    parser.add_argument("--model", required=True, metavar="SPEC", help="hf:PATH_OR_ID[@REVISION] or gguf:FILE")
-    parser.add_argument("--task-dir", required=True, type=Path, metavar="DIR", help="task data (e.g. ../shared/data/tasks)")
+    parser.add_argument("--model", required=True, metavar="SPEC", help="hf:PATH_OR_ID[@REVISION], gguf:FILE or replay:REFERENCE/MODEL")
+    parser.add_argument("--task-dir", type=Path, metavar="DIR", help="task data, e.g. ../shared/data/tasks (not for replay:)")
     parser.add_argument("--tasks", required=True, metavar="T1,T2", help="comma-separated task names")
     parser.add_argument("--n-examples", type=int, default=None, metavar="N", help="first N of each task's seeded order (default: all)")
     parser.add_argument("--seed", type=int, default=1234, help="order and few-shot seed (default 1234)")
@@ -56,16 +57,18 @@ def _task_names(text: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Run ``flasheval evaluate``."""
     from flasheval import evaluation
-    from flasheval.backends import CachedBackend, DistributedBackend, ResultStore, open_backend, parse_model_spec
+    from flasheval.backends import open_backend, parse_model_spec
     from flasheval.backends.distributed import make_state
 
     spec = parse_model_spec(args.model)
-    if spec.kind == "replay":
-        raise InputError("replay: models serve recorded scores, not log-likelihoods; use them with placement", field="--model")
     if args.n_examples is not None and args.n_examples < 1:
         raise InputError(f"must be >= 1, got {args.n_examples}", field="--n-examples")
     if args.batch_size < 1:
         raise InputError(f"must be >= 1, got {args.batch_size}", field="--batch-size")
+    if spec.kind == "replay":
+        return _replay(args, spec.target)
+    if args.task_dir is None:
+        raise InputError("required for hf: and gguf: models", field="--task-dir")
     # Validate the tasks (cheap) before loading the model (slow).
     selections = evaluation.select_examples(_task_names(args.tasks), args.task_dir, n_examples=args.n_examples, seed=args.seed)
     state = make_state()
@@ -73,30 +76,35 @@ def run(args: argparse.Namespace) -> int:
     prefix_space = getattr(backend, "prefix_space", True)
     per_task = {s.spec.name: evaluation.task_requests(s, seed=args.seed, prefix_space=prefix_space) for s in selections}
     flat = [(task, example_id, r) for task, by_id in per_task.items() for example_id, rs in by_id.items() for r in rs]
-    store_dir = args.store or args.output / "store"
-    store = ResultStore(store_dir, fingerprint=backend.fingerprint) if state.is_main_process else None
-    state.wait_for_everyone()  # the main process opens (and repairs) the store before anyone reads it
-    if store is None:
-        store = ResultStore(store_dir, fingerprint=backend.fingerprint, writer=False)
-    engine = CachedBackend(DistributedBackend(backend, state=state, progress=True), store)
-    n_stored = sum(store.get(r.key) is not None for _, _, r in flat)
-    started = time.perf_counter()
+    results, counts = _score(backend, [r for _, _, r in flat], args.store or args.output / "store", state)
     try:
-        results = evaluation.score_requests(engine, [r for _, _, r in flat])
+        return _write_outputs(args, selections, per_task, flat, results, counts, backend, state) if state.is_main_process else 0
     finally:
-        store.close()
-    elapsed = time.perf_counter() - started
-    if not state.is_main_process:
-        return 0
+        _shutdown(state)
+
+
+def _shutdown(state: Any) -> None:
+    """Wait for every process, then tear the process group down (an implicit teardown at
+    interpreter exit can abort a gloo/NCCL process and fail the launch)."""
+    if state.num_processes > 1:
+        state.wait_for_everyone()
+        state.destroy_process_group()
+
+
+def _write_outputs(
+    args: argparse.Namespace, selections: Any, per_task: Any, flat: Any, results: Any, counts: Any, backend: Any, state: Any
+) -> int:
+    """Records, accuracies, the examples file and the summary record (main process only)."""
+    from flasheval import evaluation
+
     by_example: dict[str, dict[str, list[Any]]] = {task: {} for task in per_task}
     for (task, example_id, _), result in zip(flat, results):
         by_example[task].setdefault(example_id, []).append(result)
     records, scores = [], {}
     for selection in selections:
         name = selection.spec.name
-        task_records, scores[name] = evaluation.example_records(
-            selection, per_task[name], {k: tuple(v) for k, v in by_example[name].items()}
-        )
+        answers = {k: tuple(v) for k, v in by_example[name].items()}
+        task_records, scores[name] = evaluation.example_records(selection, per_task[name], answers)
         records.extend(task_records)
     accuracy = evaluation.accuracies(selections, scores)
     examples_path = _write_examples(records, args.output, args.format)
@@ -109,24 +117,66 @@ def run(args: argparse.Namespace) -> int:
         "tasks": {s.spec.name: {"n_examples": len(s.example_ids), "accuracy": accuracy[s.spec.name]} for s in selections},
         "n_examples": n_examples,
         "n_requests": len(flat),
-        "n_requests_from_store": n_stored,
-        "n_requests_computed": engine.n_computed,
-        "scoring_seconds": elapsed,
-        "examples_per_second": n_examples / elapsed if elapsed > 0 else None,
+        **counts,
+        "examples_per_second": n_examples / counts["scoring_seconds"] if counts["scoring_seconds"] > 0 else None,
         "world_size": state.num_processes,
         "examples_file": examples_path.name,
     }
-    from flasheval.records import write_record
-
     write_record(args.output / "summary.json", kind="evaluate", payload=payload)
     for selection in selections:
-        name = selection.spec.name
-        print(f"{name:32} n={len(selection.example_ids):5d}  accuracy={accuracy[name]:.4f}")
+        print(f"{selection.spec.name:32} n={len(selection.example_ids):5d}  accuracy={accuracy[selection.spec.name]:.4f}")
     print(
-        f"{n_examples} examples, {len(flat)} requests ({n_stored} from the store) in {elapsed:.1f}s "
-        f"on {state.num_processes} process(es); records: {examples_path}"
+        f"{n_examples} examples, {len(flat)} requests ({counts['n_requests_from_store']} from the store) in "
+        f"{counts['scoring_seconds']:.1f}s on {state.num_processes} process(es); records: {examples_path}"
     )
     return 0
+
+
+def _replay(args: argparse.Namespace, target: str) -> int:
+    """``replay:REFERENCE/MODEL``: records of recorded scores, no model run."""
+    from flasheval import evaluation
+
+    records, means, reference = evaluation.replay_records(target, _task_names(args.tasks), n_examples=args.n_examples, seed=args.seed)
+    examples_path = _write_examples(records, args.output, args.format)
+    counts = {name: sum(r.task_name == name for r in records) for name in means}
+    payload = {
+        "model": args.model,
+        "reference": reference,
+        "seed": args.seed,
+        "n_examples_per_task": args.n_examples,
+        "tasks": {name: {"n_examples": counts[name], "accuracy": means[name]} for name in means},
+        "n_examples": len(records),
+        "examples_file": examples_path.name,
+    }
+    write_record(args.output / "summary.json", kind="evaluate", payload=payload)
+    for name, mean in means.items():
+        print(f"{name:32} n={counts[name]:5d}  mean score={mean:.4f}")
+    print(f"{len(records)} examples replayed from {reference}; records: {examples_path}")
+    return 0
+
+
+def _score(backend: Any, requests: list[Any], store_dir: Path, state: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Score through the store (main process writes) and the data-parallel runner."""
+    from flasheval import evaluation
+    from flasheval.backends import CachedBackend, DistributedBackend, ResultStore
+
+    store = ResultStore(store_dir, fingerprint=backend.fingerprint) if state.is_main_process else None
+    state.wait_for_everyone()  # the main process opens (and repairs) the store before anyone reads it
+    if store is None:
+        store = ResultStore(store_dir, fingerprint=backend.fingerprint, writer=False)
+    engine = CachedBackend(DistributedBackend(backend, state=state, progress=True), store)
+    n_stored = sum(store.get(r.key) is not None for r in requests)
+    started = time.perf_counter()
+    try:
+        results = evaluation.score_requests(engine, requests)
+    finally:
+        store.close()
+    counts = {
+        "n_requests_from_store": n_stored,
+        "n_requests_computed": engine.n_computed,
+        "scoring_seconds": time.perf_counter() - started,
+    }
+    return results, counts
 
 
 def _write_examples(records: list[Any], output: Path, fmt: str) -> Path:
@@ -135,8 +185,6 @@ def _write_examples(records: list[Any], output: Path, fmt: str) -> Path:
     rows = [dataclasses.asdict(r) for r in records]
     target = output / f"examples.{fmt}"
     if fmt == "jsonl":
-        from flasheval.records import atomic_write_text
-
         atomic_write_text(target, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         return target
     import pandas as pd

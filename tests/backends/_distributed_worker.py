@@ -30,6 +30,8 @@ def main(out_dir: str) -> None:
     rows = [[r.task_name, r.example_id, r.choice_index, r.logprob_sum, r.n_tokens, r.is_greedy] for r in results]
     with open(f"{out_dir}/rank{state.process_index}.json", "w") as fh:
         json.dump({"world": state.num_processes, "results": rows, "n_scored": sum(calls)}, fh)
+    state.wait_for_everyone()
+    state.destroy_process_group()  # an implicit teardown at exit can abort a gloo process
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def launch(script: Path, *args: str, num_processes: int = 2, timeout: int = 300)
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[:2000] + "\n...\n" + done.stderr[-3000:]
     return done
 
 

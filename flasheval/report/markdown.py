@@ -1,0 +1,55 @@
+"""Render report blocks as Markdown; figures are written as PNG files beside ``report.md``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table
+
+__all__ = ["render_markdown"]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(blocks: Sequence[Block], *, figure_dir: str = "figures") -> str:
+    """Markdown text for ``blocks``; a figure ``name`` is linked as ``{figure_dir}/{name}.png``.
+
+    Examples
+    --------
+    >>> print(render_markdown([Heading(text="T", level=1), Table(header=("a", "b"), rows=(("1", "x|y"),))]))
+    # T
+    <BLANKLINE>
+    | a | b |
+    | --- | --- |
+    | 1 | x\\|y |
+    <BLANKLINE>
+    """
+    parts: list[str] = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            parts.append(f"{'#' * block.level} {block.text}\n")
+        elif isinstance(block, Paragraph):
+            parts.append(block.text + "\n")
+        elif isinstance(block, Table):
+            lines = ["| " + " | ".join(_cell(h) for h in block.header) + " |",
+                     "| " + " | ".join("---" for _ in block.header) + " |"]
+            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in block.rows]
+            parts.append("\n".join(lines) + "\n")
+        elif isinstance(block, Figure):
+            parts.append(f"![{_cell(block.caption)}]({figure_dir}/{block.name}.png)\n\n*{block.caption}*\n")
+    return "\n".join(parts)
+
+
+def write_figures(blocks: Sequence[Block], folder: Path) -> list[Path]:
+    """Write every figure's PNG into ``folder`` (created); returns the paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for block in blocks:
+        if isinstance(block, Figure):
+            path = folder / f"{block.name}.png"
+            path.write_bytes(block.png)
+            out.append(path)
+    return out

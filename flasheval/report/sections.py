@@ -1,0 +1,217 @@
+"""Blocks (headings, tables, figures) for each kind of run record; the only place that rounds.
+
+One function per kind turns a record's payload into :mod:`~flasheval.report.blocks`. The
+payload fields read here are those written by ``place`` and ``backtest``
+(:mod:`flasheval.controller`, :mod:`flasheval.backtest`), ``sweep`` (:mod:`flasheval.sweep`)
+and ``dior`` (:mod:`flasheval.dior`). ``evaluate`` records get a table of their top-level
+values. ``scaling`` records are drawn by ``flasheval.report.scaling_figure`` when that module
+exists (it provides ``scaling_figure(payload) -> bytes | matplotlib Figure``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flasheval.errors import FlashevalError
+from flasheval.records import RunRecord
+from flasheval.report import figures
+from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table
+
+__all__ = ["KNOWN_KINDS", "record_blocks"]
+
+logger = logging.getLogger(__name__)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) >= 1e4 else f"{value:.{digits}f}"
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return f"[{value[0]}, {value[1]}]"
+    return str(value)
+
+
+def _percent(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _saving(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}x"
+
+
+def _pool_ranking(reference_name: str, exclude: set[str], aggregate: str | None) -> list[tuple[str, float]] | None:
+    """The reference's full-data ranking without ``exclude`` (``None`` if the reference cannot be loaded)."""
+    from flasheval.reference import load_reference
+
+    try:
+        ref = load_reference(reference_name)
+        for model_id in exclude & set(ref.model_ids):
+            ref = ref.without(model_id)
+        return [(r.model_id, r.value) for r in ref.ranking(aggregate)]
+    except FlashevalError as exc:
+        logger.warning("leaderboard figure skipped: %s", exc)
+        return None
+
+
+def _place(p: Mapping[str, Any], stem: str) -> list[Block]:
+    c = p["compute"]
+    res = "maximal" if p.get("resolution") == 0 else f"+-{p.get('resolution')}"
+    out: list[Block] = [
+        Paragraph(text=f"{p['model_id']} on {p['reference']} ({p['n_models']} reference models, plan {p['plan']}, "
+                       f"seed {p['seed']}): {p['status']} ({p['reason']})."),
+        Table(header=("rank", f"{p['confidence_level']:.0%} interval", "tier", "examples", "full run", "saving"),
+              rows=((_fmt(p["rank"]), _fmt(p["interval"]), f"{p['tier']} ({res})", str(c["n_examples"]),
+                     str(c["full_examples"]), _saving(c.get("saving"))),)),
+        Heading(text="Stages", level=3),
+        Table(header=("stage", "per dataset", "examples", "rank", "interval", "level", "decision", "reason"),
+              rows=tuple((str(s["stage"] + 1), _fmt(s["stage_size"] or "all"), str(sum(s["n_examples"])), str(s["rank"]),
+                          _fmt(s["interval"]), f"{s['confidence_level']:.2%}", s["decision"], s["reason"])
+                         for s in p["stages"])),
+    ]
+    if p["stages"]:
+        out.append(Figure(name=f"{stem}-stages", png=figures.placement_stages(p),
+                          caption="Rank interval after each stage against the examples spent (log scale); rank 1 on top."))
+    pool = p.get("leaderboard") or _pool_ranking(p["reference"], {p["model_id"]}, p.get("aggregate"))
+    if pool and p["rank"] is not None:
+        pairs = [(e[0], e[1]) if isinstance(e, (list, tuple)) else (e["model_id"], e["value"]) for e in pool]
+        out.append(Figure(name=f"{stem}-leaderboard", png=figures.leaderboard_with_new_model(
+            pairs, model_id=p["model_id"], rank=int(p["rank"]), interval=p["interval"], value_label="full-data aggregate"),
+            caption="The reference leaderboard (full-data aggregate) with the placed model inserted at its rank; "
+                    "the shaded band is its rank interval."))
+    return out
+
+
+def _backtest(p: Mapping[str, Any], stem: str) -> list[Block]:
+    rows = tuple((s["method"], str(s["n_models"]), f"{s['share_within']:.1%}", f"{s['coverage']:.1%}",
+                  _saving(s["median_saving"]), _saving(s["total_saving"]), f"{s['mean_examples']:.0f}")
+                 for s in p["summaries"])
+    out: list[Block] = [
+        Paragraph(text=f"Leave-one-out backtest on {p['reference']} (plan {p['plan']}, seed {p['seed']}, "
+                       f"{p['confidence_level']:.0%} intervals)."),
+        Table(header=("method", "models", "within resolution", "coverage", "median saving", "total saving",
+                      "mean examples"), rows=rows),
+    ]
+    for method in ("adaptive",) if "adaptive" in p["rows"] else tuple(p["rows"])[:1]:
+        out.append(Figure(name=f"{stem}-{method}", png=figures.backtest_scatter(p, method),
+                          caption=f"{method}: placed rank against full-data rank; bars are the intervals, grey bands "
+                                  "the resolution each tier allows, crosses the placements outside it."))
+    return out
+
+
+def _budget_text(budget: Mapping[str, Any]) -> str:
+    caps = [f"{v:g} {k}" for k, v in budget.items() if v is not None]
+    return ", ".join(caps) if caps else "none"
+
+
+def _sweep(p: Mapping[str, Any], stem: str) -> list[Block]:
+    c = p["compute"]
+    out: list[Block] = [
+        Paragraph(text=f"Sweep of {len(p['checkpoints'])} checkpoints on {p['reference']} (plan {p['plan']}, seed "
+                       f"{p['seed']}, budget {_budget_text(p['budget'])}): {c['n_examples']} examples spent of {c['full_examples']} "
+                       f"for full runs of all of them ({_saving(c['saving'])} saving)."),
+        Table(header=("checkpoint", "rank", "interval", "tier", "status", "examples", "rounds", "saving", "full-data rank"),
+              rows=tuple((x["model_id"], _fmt(x["rank"]), _fmt(x["interval"]), _fmt(x["tier"]), x["status"],
+                          str(x["n_examples"]), str(x["rounds"]), _saving(x.get("saving")),
+                          _fmt(p.get("truth", {}).get(x["model_id"])))
+                         for x in sorted(p["checkpoints"], key=lambda x: (x["rank"] or 10**9, x["model_id"])))),
+        Figure(name=f"{stem}-intervals", png=figures.sweep_intervals(p),
+               caption="Every checkpoint's rank interval on the reference (dot: point rank; red resolved, orange "
+                       "unresolved at budget, grey stopped early as clearly low)."),
+    ]
+    b = p.get("backtest")
+    if b:
+        out.append(Paragraph(text=(
+            f"Backtest (checkpoints replayed from the reference, held out of the pool): the interval covers the "
+            f"full-data rank for {b['covered']:.0%} of the checkpoints; "
+            + (f"{b['resolved_within_resolution']:.0%} of the {b['n_resolved']} resolved ones lie within their tier's "
+               "resolution; " if b.get("resolved_within_resolution") is not None else "")
+            + (f"placing them one by one would spend {b['separate_placements_examples']} examples "
+               f"({b['separate_placements_examples'] / max(c['n_examples'], 1):.2f}x the sweep)"
+               if b.get("separate_placements_examples") else "")
+            + (f"; Kendall tau of the order among checkpoints vs the full-data order: {b['order_kendall_tau']:.3f}."
+               if b.get("order_kendall_tau") is not None else "."))))
+    if p.get("order"):
+        out += [Heading(text="Order among the checkpoints (paired on the same examples)", level=3),
+                Table(header=("checkpoint", "rank", "interval"),
+                      rows=tuple((o["model_id"], str(o["rank"]), _fmt(o["interval"])) for o in p["order"]))]
+    return out
+
+
+def _dior(p: Mapping[str, Any], stem: str) -> list[Block]:
+    out: list[Block] = [Paragraph(text=(
+        f"DIoR on {p['reference']} ({len(p['model_ids'])} models, {len(p['dataset_names'])} datasets, aggregate "
+        f"{p['aggregate']}, {p['n_instantiations']} instantiations): reliability is the lower bound of the "
+        f"{p['confidence_level']:.0%} interval of Kendall tau against the full-data ranking."))]
+    header = ("decision", "size", "aggregate", "tau lower", "tau median", "top-2 swap")
+    rows = tuple((s["decision"], str(s["size"]) if s["decision"] != "aggregate" else "random sub-pools", s["aggregate"],
+                  f"{s['tau_lower']:.3f}", f"{s['tau_median']:.3f}", _percent(s["top_two_swap_rate"]))
+                 for key in ("examples", "datasets", "pool") for s in p.get(key, []))
+    out.append(Table(header=header, rows=rows))
+    f = p.get("findings", {})
+    notes = []
+    if "examples_equivalent_of_datasets" in f:
+        eq = f["examples_equivalent_of_datasets"]
+        notes.append(f"Resampling the datasets (tau lower {f['datasets_tau_lower']:.3f}) is "
+                     + (f"less reliable than keeping only {eq} random examples per dataset." if eq is not None
+                        else "more reliable than every number of examples per dataset tried."))
+    if "flattening_size" in f:
+        notes.append(f"Reliability flattens after {f['flattening_size']} examples per dataset." if f["flattening_size"]
+                     else "Reliability still grows at the largest size tried.")
+    if "win_rate_leader_change_found" in f:
+        changes = p.get("leader_changes", [])
+        notes.append(f"Mean win rate changes the leader when one weak model is added in {p['n_leader_changes']} of the "
+                     f"pools searched; e.g. a pool of {changes[0]['pool_size']} models, adding {changes[0]['added']}: "
+                     f"{changes[0]['leader_before']} -> {changes[0]['leader_after']}." if changes
+                     else f"No leader change by adding one weak model in {p['n_pools_tried']} pools searched.")
+    out += [Paragraph(text=n) for n in notes]
+    if p.get("examples"):
+        out.append(Figure(name=f"{stem}-reliability", png=figures.dior_reliability(p),
+                          caption="Reliability against examples per dataset; dashed: resampling the datasets."))
+    return out
+
+
+def _evaluate(p: Mapping[str, Any], stem: str) -> list[Block]:
+    rows = tuple((str(k), _fmt(v)) for k, v in p.items() if not isinstance(v, (dict, list)))
+    return [Table(header=("field", "value"), rows=rows)] if rows else [Paragraph(text="(no scalar fields)")]
+
+
+def _scaling(p: Mapping[str, Any], stem: str) -> list[Block]:
+    out = _evaluate(p, stem)
+    try:
+        module = importlib.import_module("flasheval.report.scaling_figure")
+    except ImportError:
+        return out + [Paragraph(text="(scaling figure not available in this flasheval)")]
+    picture = module.scaling_figure(p)
+    if not isinstance(picture, bytes):  # a matplotlib Figure
+        buffer = io.BytesIO()
+        picture.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+        picture = buffer.getvalue()
+    return out + [Figure(name=f"{stem}-scaling", png=picture, caption="Scaling fit.")]
+
+
+_BUILDERS: dict[str, Callable[[Mapping[str, Any], str], list[Block]]] = {
+    "place": _place, "backtest": _backtest, "sweep": _sweep, "dior": _dior, "evaluate": _evaluate, "scaling": _scaling,
+}
+KNOWN_KINDS: tuple[str, ...] = tuple(sorted(_BUILDERS))
+"""Record kinds ``flasheval report`` renders."""
+
+
+def record_blocks(record: RunRecord, stem: str) -> list[Block]:
+    """Heading plus the kind's blocks for one record; ``stem`` names its figure files."""
+    head = Heading(text=f"{record.kind}: {record.path.name}", level=2)
+    meta = Paragraph(text=f"flasheval {record.flasheval_version}, {record.created_utc}"
+                          + (f", command: {' '.join(record.argv)}" if record.argv else ""))
+    try:
+        body = _BUILDERS[record.kind](record.payload, stem)
+    except (KeyError, TypeError, IndexError) as exc:
+        from flasheval.errors import InputError
+
+        raise InputError(f"{record.kind} record lacks or mangles field {exc}", path=record.path, field="payload") from None
+    return [head, meta, *body]
