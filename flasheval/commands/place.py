@@ -3,7 +3,8 @@
 Model specs: ``replay:MODEL_ID`` replays a model recorded in the reference itself, held out
 of the pool (the model is removed before ranking). With no ``--model`` the default replay
 model of the reference is placed (``meta/llama-3-70b`` on ``helm_lite``: mid-table, needs
-several stages). Live model specs are added by the engine's scorer later.
+several stages). Live specs ``gguf:FILE`` / ``hf:PATH_OR_ID`` run the model now against a
+reference built by ``flasheval reference build`` (:mod:`flasheval.commands._place_live`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ DEFAULT_REPLAY_MODEL = "meta/llama-3-70b"
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("place", help="place a model on a reference leaderboard (escalating subsamples)")
     parser.add_argument("--model", default=f"replay:{DEFAULT_REPLAY_MODEL}",
-                        help="replay:MODEL_ID (a reference model, held out of the pool); default: %(default)s")
+                        help="replay:MODEL_ID (a reference model, held out of the pool), or a live model "
+                        "[NAME=]gguf:FILE / hf:PATH_OR_ID on a built reference; default: %(default)s")
     parser.add_argument("--reference", default="helm_lite", help="reference name or folder (default: %(default)s)")
     parser.add_argument("--tiers", default="default", help="tier plan file or name under tiers/ (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, help="default: 0 (replay), the reference's build seed (live)")
     parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
     parser.add_argument("--max-examples", type=int)
@@ -40,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-flops", type=float)
     parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate")
     parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/)")
+    parser.add_argument("--task-dir", help="live: task files (default: the folder the reference was built from)")
+    parser.add_argument("--dtype", help="live: default and only accepted value: the reference's")
+    parser.add_argument("--device", default="auto", help="live: auto, cpu, cuda, cuda:N (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=32, help="live: continuations per forward pass")
     parser.set_defaults(func=run)
 
 
@@ -65,7 +71,11 @@ def format_summary(result: PlacementResult) -> str:
 
 def run(args: argparse.Namespace) -> int:
     kind, _, model_id = args.model.partition(":")
-    if kind != "replay" or not model_id:
+    if kind != "replay":
+        from flasheval.commands._place_live import run_live
+
+        return run_live(args)
+    if not model_id:
         raise InputError(f"unsupported model spec {args.model!r}", field="--model", allowed=["replay:MODEL_ID"])
     reference = load_reference(args.reference, missing=args.missing)
     plan = load_tier_plan(args.tiers)
@@ -73,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     scorer = ReplayScorer(reference, model_id, n_parameters=n_params)
     budget = Budget(max_examples=args.max_examples, max_tokens=args.max_tokens, max_flops=args.max_flops)
     print(f"placing {model_id} (replay, held out) on {reference.name} with plan {plan.name}:")
-    result = place(reference.without(model_id), scorer, plan, model_id=model_id, seed=args.seed, budget=budget,
+    result = place(reference.without(model_id), scorer, plan, model_id=model_id, seed=args.seed or 0, budget=budget,
                    aggregate=args.aggregate)
     for stage in result.stages:
         print(f"  {stage.log_line(len(plan.stages))}")

@@ -1,4 +1,5 @@
-"""``flasheval reference import|show``: build a reference from results users have; print a ranking."""
+"""``flasheval reference import|build|show``: build a reference from results users have or by scoring
+models live (:mod:`flasheval.commands._reference_build`); print a ranking."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from pathlib import Path
 
 from flasheval._reference_import import IMPORT_FORMATS, read_lm_eval_samples, read_long_parquet
+from flasheval.commands._reference_build import add_build_parser, run_build
 from flasheval.errors import InputError
 from flasheval.reference import MISSING_POLICIES, load_reference, repo_root, write_reference
 from flasheval.stats.ranking import AGGREGATES
@@ -16,7 +18,7 @@ __all__ = ["register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("reference", help="import or show a reference leaderboard")
+    parser = subparsers.add_parser("reference", help="import, build or show a reference leaderboard")
     sub = parser.add_subparsers(dest="reference_command", metavar="ACTION", required=True)
     imp = sub.add_parser("import", help="build a reference from a long parquet file or lm-eval --log_samples output")
     imp.add_argument("source_path", metavar="FILE_OR_DIR")
@@ -34,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--notes", default="")
     imp.add_argument("--force", action="store_true", help="overwrite an existing reference folder")
     imp.set_defaults(func=run)
+    add_build_parser(sub).set_defaults(func=run)
     show = sub.add_parser("show", help="print a reference's full ranking")
     show.add_argument("name", metavar="NAME")
     show.add_argument("--aggregate", choices=AGGREGATES, help="default: the manifest's")
@@ -42,6 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.reference_command == "build":
+        return run_build(args)
     return _import(args) if args.reference_command == "import" else _show(args)
 
 
