@@ -77,6 +77,9 @@ def test_place_with_no_arguments_places_the_default_helm_lite_model(tmp_path, mo
     assert payload["status"] == "resolved" and payload["compute"]["saving"] > 1
     lo, hi = payload["interval"]
     assert lo <= payload["rank"] <= hi
+    # The held-out model's full-data rank is known: it is reported and equals the backtest's answer.
+    assert payload["full_data_rank"] == full_data_ranks(load_reference("helm_lite"))["meta/llama-3-70b"]
+    assert f"full-data rank (every example scored): {payload['full_data_rank']}" in out
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from flasheval.backends.replay import ReplayScorer
+from flasheval.backtest import full_data_ranks
 from flasheval.controller import Budget, PlacementResult, place
 from flasheval.errors import InputError
 from flasheval.records import write_record
@@ -88,7 +89,13 @@ def run(args: argparse.Namespace) -> int:
     for stage in result.stages:
         print(f"  {stage.log_line(len(plan.stages))}")
     out = Path(args.output or Path("runs") / f"place-{_slug(reference.name)}-{_slug(model_id)}")
-    path = write_record(out / "place.json", kind="place", payload=result.to_json())
+    payload = result.to_json()
+    # A replayed model is held out of a pool whose full data we have: show the answer placement estimated.
+    full_rank = full_data_ranks(reference, args.aggregate)[model_id]
+    payload["full_data_rank"] = full_rank
+    path = write_record(out / "place.json", kind="place", payload=payload)
     print(format_summary(result))
+    inside = "inside" if result.interval[0] <= full_rank <= result.interval[1] else "OUTSIDE"
+    print(f"  full-data rank (every example scored): {full_rank}, {inside} the interval")
     print(f"  record: {path}")
     return 0
