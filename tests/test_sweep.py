@@ -124,7 +124,7 @@ def test_sweep_command_backtests_ten_held_out_models_on_helm_lite(tmp_path, caps
 
 @pytest.mark.parametrize("argv, message", [
     (["--models", "replay:no/such-model"], "unknown model in reference 'helm_lite' 'no/such-model'"),
-    (["--models", "hf:gpt2"], "unsupported model spec 'hf:gpt2'"),
+    (["--models", "hf:gpt2"], "was not built by 'flasheval reference build'"),  # live spec, replay reference
     (["--models", "replay:meta/llama-65b", "--datasets", "helm_lite/boolq"], "unknown dataset in reference"),
     (["--models", "replay:meta/llama-65b", "--budget-examples", "50"], "smaller than one stage"),
     (["--models", "replay:meta/llama-65b", "--budget-tokens", "50"], "records no token counts"),

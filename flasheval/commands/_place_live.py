@@ -12,13 +12,14 @@ import argparse
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from flasheval.controller import Budget, place
 from flasheval.errors import InputError
-from flasheval.live import LiveScorer, load_live_tasks
+from flasheval.live import LiveScorer, LiveTask, load_live_tasks
 from flasheval.records import write_record
-from flasheval.reference import load_reference
+from flasheval.reference import ReferenceLeaderboard, load_reference
 from flasheval.reference_build import (
     BuildSettings,
     check_model_files,
@@ -30,7 +31,7 @@ from flasheval.reference_build import (
 )
 from flasheval.tiers import load_tier_plan
 
-__all__ = ["run_live", "check_live_settings"]
+__all__ = ["run_live", "check_live_settings", "prepare_live", "LiveSetup", "slug"]
 
 
 def check_live_settings(settings: BuildSettings, *, seed: int | None, dtype: str | None, where: str) -> tuple[int, str]:
@@ -44,8 +45,44 @@ def check_live_settings(settings: BuildSettings, *, seed: int | None, dtype: str
     return settings.seed, settings.dtype
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveSetup:
+    """What scoring live models against a built reference needs, checked against the reference."""
+
+    reference: ReferenceLeaderboard
+    settings: BuildSettings
+    """The reference's build settings."""
+    seed: int
+    """The reference's seed (few-shot sets and example order)."""
+    dtype: str
+    """The reference's dtype."""
+    task_dir: str
+    tasks: tuple[LiveTask, ...]
+    """The reference's tasks, loaded from ``task_dir`` (files and prompts checked)."""
+
+
+def prepare_live(reference: ReferenceLeaderboard, *, seed: int | None, dtype: str | None,
+                 task_dir: str | None) -> LiveSetup:
+    """Check that live models can be scored against ``reference`` as it was built; refuse in one line.
+
+    The reference must come from ``flasheval reference build``; ``seed``/``dtype`` (``None``: the
+    reference's) must equal its own; the task files in ``task_dir`` (``None``: the folder it was
+    built from) must hash as they did and rebuild the same prompts.
+    """
+    settings = BuildSettings.from_json(reference.manifest.build, where=reference.name)
+    seed, dtype = check_live_settings(settings, seed=seed, dtype=dtype, where=reference.name)
+    task_dir = task_dir or settings.task_dir
+    if not task_dir:
+        raise InputError("the reference records no task directory; pass --task-dir", field="--task-dir")
+    tasks = load_live_tasks(reference.dataset_names, task_dir)
+    check_task_files(settings, tasks, where=reference.name)
+    check_prompts(settings, tasks, dict(zip(reference.dataset_names, reference.example_ids)), where=reference.name)
+    return LiveSetup(reference=reference, settings=settings, seed=seed, dtype=dtype, task_dir=str(task_dir),
+                     tasks=tuple(tasks))
 
 
 def run_live(args: argparse.Namespace) -> int:
@@ -53,20 +90,15 @@ def run_live(args: argparse.Namespace) -> int:
 
     model = parse_named_models([args.model], field="--model")[0]
     check_model_files([model], field="--model")
-    reference = load_reference(args.reference, missing=args.missing)
-    settings = BuildSettings.from_json(reference.manifest.build, where=reference.name)
-    seed, dtype = check_live_settings(settings, seed=args.seed, dtype=args.dtype, where=reference.name)
-    task_dir = args.task_dir or settings.task_dir
-    if not task_dir:
-        raise InputError("the reference records no task directory; pass --task-dir", field="--task-dir")
-    tasks = load_live_tasks(reference.dataset_names, task_dir)
-    check_task_files(settings, tasks, where=reference.name)
-    check_prompts(settings, tasks, dict(zip(reference.dataset_names, reference.example_ids)), where=reference.name)
+    setup = prepare_live(load_reference(args.reference, missing=args.missing), seed=args.seed, dtype=args.dtype,
+                         task_dir=args.task_dir)
+    reference, settings, seed, dtype = setup.reference, setup.settings, setup.seed, setup.dtype
+    tasks, task_dir = setup.tasks, setup.task_dir
     if model.model_id in reference.model_ids:
         print(f"{model.model_id} is in reference {reference.name}: held out of the pool")
         reference = reference.without(model.model_id)
     plan = load_tier_plan(args.tiers)
-    out = Path(args.output or Path("runs") / f"place-{_slug(reference.name)}-{_slug(model.model_id)}")
+    out = Path(args.output or Path("runs") / f"place-{slug(reference.name)}-{slug(model.model_id)}")
     start = time.perf_counter()
     cached, store, backend = open_cached_backend(model, out / "store", dtype=dtype, device=args.device,
                                                  batch_size=args.batch_size)

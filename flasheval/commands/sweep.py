@@ -3,9 +3,11 @@
 Model specs are those of ``place``: ``replay:MODEL_ID`` replays a model recorded in the
 reference; every replayed checkpoint is held out of the pool, and its full-data rank among the
 pool is reported beside its placement (a backtest). ``--backtest N`` sweeps N reference
-models spread evenly over the full-data ranking. The run folder holds ``sweep-config.json``
-(the settings), ``scores.jsonl`` (the results store) and ``sweep.json`` (the record); rerunning
-the same command after a crash resumes from the store.
+models spread evenly over the full-data ranking. Live specs ``[NAME=]gguf:FILE`` /
+``[NAME=]hf:PATH_OR_ID`` run the models now against a reference built by ``flasheval reference
+build`` (:mod:`flasheval.commands._sweep_live`); one sweep takes replay or live specs, not both.
+The run folder holds ``sweep-config.json`` (the settings), ``scores.jsonl`` (the results store)
+and ``sweep.json`` (the record); rerunning the same command after a crash resumes from the store.
 """
 
 from __future__ import annotations
@@ -30,20 +32,23 @@ from flasheval.sweep import SweepResult, sweep
 from flasheval.sweep_store import ResultsStore, StoredScorer
 from flasheval.tiers import load_tier_plan
 
-__all__ = ["register", "run", "format_result", "spread_models"]
+__all__ = ["register", "run", "format_result", "spread_models", "restrict", "check_config", "check_token_budget",
+           "run_folder", "build_payload"]
 
 CONFIG_FILE = "sweep-config.json"
 STORE_FILE = "scores.jsonl"
 STORE_FORMAT = 1
 """Version of the run folder layout (config + results store); a folder of another version is refused."""
 RECORD_FILE = "sweep.json"
-_SPECS = ("replay:MODEL_ID",)
+_SPECS = ("replay:MODEL_ID", "[NAME=]gguf:FILE", "[NAME=]hf:PATH_OR_ID")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("sweep", help="place many checkpoints at once under one budget (resumable)")
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--models", nargs="+", metavar="SPEC", help="checkpoint specs (replay:MODEL_ID)")
+    group.add_argument("--models", nargs="+", metavar="SPEC",
+                       help="checkpoint specs: replay:MODEL_ID, or live [NAME=]gguf:FILE / [NAME=]hf:PATH_OR_ID "
+                            "(all live models are loaded up front and held in memory together)")
     group.add_argument("--models-from", metavar="FILE", help="file with one spec per line (# comments)")
     group.add_argument("--backtest", type=int, metavar="N", help="sweep N reference models spread over the ranking")
     parser.add_argument("--reference", default="helm_lite", help="reference name or folder (default: %(default)s)")
@@ -55,10 +60,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--datasets", nargs="+", metavar="NAME", help="datasets the sweep needs (default: all)")
     parser.add_argument("--low-rank", type=int, help="racing: stop checkpoints whose interval lies at or below this "
                                                      "rank (default: first rank of the plan's last tier)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, help="default: 0 (replay), the reference's build seed (live; no other)")
     parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
     parser.add_argument("--output", help="run folder (default: runs/sweep-<reference>/)")
+    parser.add_argument("--task-dir", help="live: task files (default: the folder the reference was built from)")
+    parser.add_argument("--dtype", help="live: default and only accepted value: the reference's")
+    parser.add_argument("--device", default="auto", help="live: auto, cpu, cuda, cuda:N (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=32, help="live: continuations per forward pass")
     parser.set_defaults(func=run)
 
 
@@ -79,8 +88,8 @@ def spread_models(reference: ReferenceLeaderboard, n: int) -> list[str]:
     return [ranking[i] for i in picks]
 
 
-def _read_specs(args: argparse.Namespace, reference: ReferenceLeaderboard) -> list[str]:
-    if args.backtest is not None:
+def _read_specs(args: argparse.Namespace, reference: ReferenceLeaderboard | None) -> list[str]:
+    if args.backtest is not None and reference is not None:
         return [f"replay:{m}" for m in spread_models(reference, args.backtest)]
     if args.models:
         return list(args.models)
@@ -112,7 +121,7 @@ def _parse_specs(specs: list[str], reference: ReferenceLeaderboard) -> list[str]
     return model_ids
 
 
-def _restrict(reference: ReferenceLeaderboard, datasets: list[str] | None) -> ReferenceLeaderboard:
+def restrict(reference: ReferenceLeaderboard, datasets: list[str] | None) -> ReferenceLeaderboard:
     if not datasets:
         return reference
     from dataclasses import replace
@@ -128,7 +137,7 @@ def _restrict(reference: ReferenceLeaderboard, datasets: list[str] | None) -> Re
                    scores=tuple(reference.scores[i] for i in keep), n_tokens=tuple(reference.n_tokens[i] for i in keep))
 
 
-def _check_config(out: Path, config: dict[str, Any]) -> None:
+def check_config(out: Path, config: dict[str, Any]) -> None:
     """Write the settings on a fresh run; on a resume refuse different settings in one line."""
     path = out / CONFIG_FILE
     if not path.exists():
@@ -188,23 +197,52 @@ def format_result(result: SweepResult) -> str:
     return "\n".join(lines)
 
 
+def run_folder(args: argparse.Namespace, reference: ReferenceLeaderboard) -> Path:
+    """``--output``, or ``runs/sweep-<reference>/``."""
+    return Path(args.output or Path("runs") / f"sweep-{re.sub(r'[^A-Za-z0-9._-]+', '-', reference.name)}")
+
+
+def check_token_budget(reference: ReferenceLeaderboard, budget: Budget) -> None:
+    """Refuse a token or FLOPs budget on a reference without token counts."""
+    if budget.max_tokens is not None or budget.max_flops is not None:
+        if any(t is None for t in reference.n_tokens):
+            raise InputError(f"reference {reference.name!r} records no token counts, so a token or FLOPs budget "
+                             "cannot be checked; use --budget-examples", field="--budget-tokens")
+
+
+def _is_live(specs: list[str]) -> bool:
+    """Whether the specs are live ones; a mix of replay and live specs is refused."""
+    replay = [s.startswith("replay:") for s in specs]
+    if any(replay) and not all(replay):
+        raise InputError("one sweep takes replay:MODEL_ID specs or live specs, not both", field="--models",
+                         allowed=_SPECS)
+    return not any(replay)
+
+
 def run(args: argparse.Namespace) -> int:
     budget = _budget(args)
-    full = _restrict(load_reference(args.reference, missing=args.missing), args.datasets)
     plan = load_tier_plan(args.tiers)
+    if args.backtest is None:
+        specs = _read_specs(args, None)
+        if _is_live(specs):
+            from flasheval.commands._sweep_live import run_live
+
+            return run_live(args, specs, budget, plan)
+    for name in ("task_dir", "dtype"):
+        if getattr(args, name) is not None:
+            raise InputError("applies to live specs only", field=f"--{name.replace('_', '-')}")
+    args.seed = 0 if args.seed is None else args.seed
+    full = restrict(load_reference(args.reference, missing=args.missing), args.datasets)
     model_ids = _parse_specs(_read_specs(args, full), full)
     pool = full
     for model_id in model_ids:
         pool = pool.without(model_id)
-    out = Path(args.output or Path("runs") / f"sweep-{re.sub(r'[^A-Za-z0-9._-]+', '-', full.name)}")
-    if budget.max_tokens is not None or budget.max_flops is not None:
-        if any(t is None for t in full.n_tokens):
-            raise InputError(f"reference {full.name!r} records no token counts, so a token or FLOPs budget cannot be "
-                             "checked; use --budget-examples", field="--budget-tokens")
+    out = run_folder(args, full)
+    check_token_budget(full, budget)
     config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names), "models": model_ids, "plan": plan.name,
               "seed": args.seed, "aggregate": args.aggregate, "missing": args.missing, "low_rank": args.low_rank,
               "budget": [args.budget_examples, args.budget_tokens, args.budget_flops], "n_parameters": args.n_parameters}
-    _check_config(out, config)
+    check_config(out, config)
     store = ResultsStore(out / STORE_FILE)
     n_params = None if args.n_parameters is None else int(args.n_parameters)
     scorers = {m: StoredScorer(ReplayScorer(full, m, n_parameters=n_params), store, m) for m in model_ids}
@@ -221,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
     separate = _separate_placements(full, pool, model_ids, plan, args)
     print(f"backtest: placing the {len(model_ids)} checkpoints one by one with `place` would spend {separate} examples "
           f"({separate / max(result.n_examples, 1):.2f}x the sweep)")
-    path = write_record(out / RECORD_FILE, kind="sweep", payload=_payload(result, full, pool, args.aggregate, separate))
+    path = write_record(out / RECORD_FILE, kind="sweep", payload=build_payload(result, full, pool, args.aggregate, separate))
     print(f"{time.perf_counter() - start:.1f} s; record: {path}")
     return 0
 
@@ -235,7 +273,7 @@ def _separate_placements(full: ReferenceLeaderboard, pool: ReferenceLeaderboard,
                .compute.n_examples for m in model_ids)
 
 
-def _payload(result: SweepResult, full: ReferenceLeaderboard, pool: ReferenceLeaderboard, aggregate: str | None,
+def build_payload(result: SweepResult, full: ReferenceLeaderboard, pool: ReferenceLeaderboard, aggregate: str | None,
              separate: int | None = None) -> dict[str, Any]:
     payload = result.to_json()
     payload["leaderboard"] = [{"model_id": r.model_id, "value": r.value} for r in pool.ranking(aggregate)]
