@@ -21,11 +21,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flasheval.controller import decide  # noqa: E402
-from flasheval.simulation import synthetic_scores  # noqa: E402
+from flasheval.placement.controller import decide  # noqa: E402
+from flasheval.placement.simulation import synthetic_scores  # noqa: E402
+from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 from flasheval.stats.bootstrap import rank_distribution  # noqa: E402
 from flasheval.stats.ranking import aggregate, rank_among  # noqa: E402
-from flasheval.tiers import load_tier_plan  # noqa: E402
 
 N_MODELS, N_DATASETS, N_EXAMPLES, N_RESAMPLES = 400, 10, 1000, 1000
 POPULATION = 5000  # full dataset size, so the finite-population correction is active

@@ -1,6 +1,6 @@
 """Coverage of the whole stop-when-confident procedure, by simulation.
 
-Synthetic 2PL pools (:mod:`flasheval.simulation`) with known full-data ranks; each repetition
+Synthetic 2PL pools (:mod:`flasheval.placement.simulation`) with known full-data ranks; each repetition
 holds one model out, places it with the plan and checks whether the interval reported at the
 stop covers its full-data rank. Compares the multiple-look corrections and the estimators.
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flasheval.simulation import simulate_coverage  # noqa: E402
-from flasheval.tiers import load_tier_plan  # noqa: E402
+from flasheval.placement.simulation import simulate_coverage  # noqa: E402
+from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 
 SIZES = (300, 600, 300, 1000)
 

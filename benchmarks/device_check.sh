@@ -13,7 +13,7 @@ $PY - "$GGUF" "$SHARED" <<'PYEOF' | tee "$OUT/equivalence.txt"
 import sys, time
 from pathlib import Path
 from flasheval import evaluation
-from flasheval.backends.hf import HFBackend, load_hf_backend
+from flasheval.engine.hf import HFBackend, load_hf_backend
 gguf, shared = Path(sys.argv[1]), Path(sys.argv[2]) / "data" / "tasks"
 backend = load_hf_backend(str(gguf.parent), gguf_file=gguf.name, dtype="float32", device="cuda", batch_size=32)
 requests = []

@@ -55,7 +55,7 @@ def _model_dir() -> Path:
 
 
 def _requests(n_examples: int, seed: int):
-    from flasheval import evaluation
+    from flasheval.engine import evaluate as evaluation
 
     per_task = {}
     for selection in evaluation.select_examples(TASKS, _shared_tasks(), n_examples=n_examples, seed=seed):
@@ -83,7 +83,7 @@ def _write_lmeval_tasks(per_task, folder: Path) -> None:
 def _run_flasheval(per_task, batch_size: int, threads: int) -> tuple[float, dict]:
     import torch
 
-    from flasheval.backends.hf import load_hf_backend
+    from flasheval.engine.hf import load_hf_backend
 
     if threads:
         torch.set_num_threads(threads)

@@ -8,11 +8,14 @@ Prints, for 20 ARC-Easy + 20 HellaSwag examples (10-shot), the largest differenc
 batched shared-context log-likelihood of each choice and an unbatched independent forward pass,
 as a sum over the continuation and per token, and how many greedy flags agree.
 """
-import sys, time
+import sys
 from pathlib import Path
+
 import torch
-from flasheval import evaluation
-from flasheval.backends.hf import HFBackend, load_hf_backend
+
+from flasheval.engine import evaluate as evaluation
+from flasheval.engine.hf import HFBackend, load_hf_backend
+
 gguf, tasks = Path(sys.argv[1]), Path(sys.argv[2])
 backend = load_hf_backend(str(gguf.parent), gguf_file=gguf.name, dtype="float32", device="cuda", batch_size=32)
 requests = []

@@ -24,9 +24,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import shutil
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time

@@ -22,8 +22,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from flasheval.scaling_fit import PredictTarget, ScalingFitOptions, scaling_fit_payload  # noqa: E402
-from flasheval.scaling_io import read_runs  # noqa: E402
+from flasheval.scaling.fit import PredictTarget, ScalingFitOptions, scaling_fit_payload  # noqa: E402
+from flasheval.scaling.runs import read_runs  # noqa: E402
 
 DATA_SUBDIR = Path("data/reference/aggregate/scaling_gadre2024")
 

@@ -1,7 +1,8 @@
-"""Stable content hashes (never Python's salted ``hash()``).
+"""Stable content hashes (never Python's salted ``hash()``) and file checksums.
 
-Used for request keys in the results store, model fingerprints and seeds derived from
-names, so the same input gives the same digest on every machine, process and run.
+Used for request keys in the results store, model fingerprints, seeds derived from names and
+the SHA-256 of task and reference files, so the same input gives the same digest on every
+machine, process and run.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from typing import Any
 
-__all__ = ["stable_hash", "derive_seed"]
+__all__ = ["stable_hash", "derive_seed", "file_sha256"]
 
 
 def _canonical(obj: Any) -> Any:
@@ -54,3 +56,12 @@ def derive_seed(*parts: object) -> int:
     True
     """
     return int(stable_hash(list(parts), n_chars=16), 16)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,5 +1,5 @@
 """Versioned JSON run records: the one format every command (evaluate, place, sweep, backtest,
-dior, scaling) writes and ``flasheval report`` reads.
+dior, scaling) writes and ``flasheval report`` reads, and the names of the folders runs write.
 
 A record is ``{"schema": "flasheval.run", "schema_version": N, "kind": ..., "flasheval_version":
 ..., "created_utc": ..., "argv": [...], "payload": {...}}``. Writes are atomic (temp file +
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 from flasheval import __version__
 from flasheval.errors import InputError
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "atomic_write_text"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "atomic_write_text", "slug"]
 
 SCHEMA = "flasheval.run"
 SCHEMA_VERSION = 1
@@ -115,3 +116,14 @@ def read_record(path: str | os.PathLike[str]) -> RunRecord:
         argv=tuple(data.get("argv", ())),
         path=p,
     )
+
+
+def slug(text: str) -> str:
+    """``text`` made safe as one path component (run folders and store folders are named by it).
+
+    Examples
+    --------
+    >>> slug("meta/llama-3-70b")
+    'meta-llama-3-70b'
+    """
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 def save_tiny_models(root: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, Path]:
     """``{"m<seed>": folder}``: a 2-layer Llama over a byte tokenizer per seed (fast, meaningless scores)."""
-    from tests.backends.conftest import tiny_model_and_tokenizer
+    from tests.engine.conftest import tiny_model_and_tokenizer
 
     folders = {}
     for seed in seeds:

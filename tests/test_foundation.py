@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from flasheval.hashing import derive_seed, stable_hash
-from flasheval.sampling import example_order, nested_prefix
+from flasheval.stats.sampling import example_order, nested_prefix
 from flasheval.types import LoglikelihoodRequest, LoglikelihoodResult
 
 

@@ -2,8 +2,8 @@
 
 One function per kind turns a record's payload into :mod:`~flasheval.report.blocks`. The
 payload fields read here are those written by ``place`` and ``backtest``
-(:mod:`flasheval.controller`, :mod:`flasheval.backtest`), ``sweep`` (:mod:`flasheval.sweep`)
-and ``dior`` (:mod:`flasheval.dior`). ``evaluate`` records get a table of their top-level
+(:mod:`flasheval.placement.controller`, :mod:`flasheval.placement.backtest`), ``sweep`` (:mod:`flasheval.placement.sweep`)
+and ``dior`` (:mod:`flasheval.placement.dior`). ``evaluate`` records get a table of their top-level
 values. ``scaling`` records are drawn by ``flasheval.report.scaling_figure`` when that module
 exists (it provides ``scaling_figure(payload) -> bytes | matplotlib Figure``).
 """

@@ -1,4 +1,13 @@
-"""DCLM / llm-foundry task suites: task definitions, example loading, prompts and scoring.
+"""Tasks: DCLM / llm-foundry task suites, example loading, prompts and the scoring of an example.
+
+One step of the method per private module, the public API re-exported here:
+
+* ``_suites``  — task definitions and suites (YAML data under ``suites/``): :func:`task_spec`, :func:`load_suite`;
+* ``_formats`` — task file → validated :class:`Example` values: :func:`load_examples`, :func:`load_live_tasks`;
+* ``_prompts`` — example → requests (few-shot sets, prompt strings), and their digests: :func:`build_task_requests`;
+* ``_scoring`` — results → an example's score → task accuracy → suite aggregates: :func:`score_example`;
+* ``_score_table`` — a CSV of per-task accuracies → suite aggregates per model (``flasheval aggregate``);
+* ``_heldout`` — held-out text → rolling log-likelihood requests (validation loss).
 
 Public API::
 
@@ -11,11 +20,12 @@ Public API::
 See ``docs/tasks.md`` for the prompt and scoring conventions.
 """
 
-from flasheval.scoring import ExampleScore, score_example
 from flasheval.tasks._formats import (
     Example,
+    LiveTask,
     TaskFile,
     load_examples,
+    load_live_tasks,
     load_task_file,
     parse_examples,
     resolve_task_file,
@@ -23,11 +33,26 @@ from flasheval.tasks._formats import (
 from flasheval.tasks._heldout import heldout_requests
 from flasheval.tasks._prompts import (
     PromptPlan,
+    build_example_requests,
     build_requests,
     build_task_requests,
     fewshot_preamble,
     plan_prompts,
+    prompt_digest,
     select_fewshot,
+    task_prompt_digest,
+)
+from flasheval.tasks._score_table import aggregate_table, read_scores
+from flasheval.tasks._scoring import (
+    ExampleScore,
+    SuiteAggregate,
+    ValidationLoss,
+    centered_accuracy,
+    normalize_answer,
+    score_example,
+    suite_aggregate,
+    task_accuracy,
+    validation_loss,
 )
 from flasheval.tasks._suites import (
     BASELINE_VERSIONS,
@@ -43,25 +68,39 @@ from flasheval.tasks._suites import (
 __all__ = [
     "BASELINE_VERSIONS",
     "ICL_TYPES",
+    "aggregate_table",
+    "read_scores",
     "Example",
     "ExampleScore",
+    "LiveTask",
     "PromptPlan",
     "Suite",
+    "SuiteAggregate",
     "TaskFile",
     "TaskSpec",
+    "ValidationLoss",
+    "build_example_requests",
     "build_requests",
     "build_task_requests",
+    "centered_accuracy",
     "fewshot_preamble",
     "heldout_requests",
     "load_examples",
+    "load_live_tasks",
     "load_suite",
     "load_task_file",
+    "normalize_answer",
     "parse_examples",
     "plan_prompts",
+    "prompt_digest",
     "resolve_task_file",
     "score_example",
     "select_fewshot",
+    "suite_aggregate",
     "suite_names",
+    "task_accuracy",
     "task_names",
+    "task_prompt_digest",
     "task_spec",
+    "validation_loss",
 ]

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flasheval.errors import InputError
-from flasheval.tasks._suites import TaskSpec
+from flasheval.hashing import file_sha256
+from flasheval.tasks._suites import TaskSpec, task_spec
 
-__all__ = ["Example", "load_examples", "load_task_file", "parse_examples", "resolve_task_file", "TaskFile"]
+__all__ = ["Example", "load_examples", "load_task_file", "parse_examples", "resolve_task_file", "TaskFile", "LiveTask",
+           "load_live_tasks"]
 
 # GPQA asks that its questions not appear online as plain text, so DCLM ships them in a zip whose
 # password is published in GPQA's own README and DCLM's eval script; we only read it.
@@ -222,3 +224,51 @@ def load_examples(spec: TaskSpec, task_dir: str | Path) -> tuple[Example, ...]:
 def load_task_file(spec: TaskSpec, source: TaskFile) -> tuple[Example, ...]:
     """Read and validate ``spec``'s examples from a file found by :func:`resolve_task_file`."""
     return parse_examples(spec, _read_bytes(source), where=str(source))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class LiveTask:
+    """One task's specification, every example of its file and the file's SHA-256."""
+
+    spec: TaskSpec
+    """The task."""
+    examples: tuple[Example, ...]
+    """Every example of the task file (the few-shot pool)."""
+    sha256: str
+    """SHA-256 of the task file's bytes (the zip member's container for GPQA)."""
+    path: str
+    """Where the file was found."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def example_ids(self) -> tuple[str, ...]:
+        return tuple(e.example_id for e in self.examples)
+
+
+def load_live_tasks(task_names: Sequence[str], task_dir: str | Path) -> tuple[LiveTask, ...]:
+    """Load every named task from ``task_dir``; one error lists ALL tasks whose file is missing.
+
+    Raises
+    ------
+    UnknownNameError
+        A task name that is not defined.
+    InputError
+        ``task_dir`` does not exist, or lacks some of the tasks (all of them are listed).
+    """
+    root = Path(task_dir)
+    if not root.is_dir():
+        raise InputError("task directory does not exist", path=root, field="--task-dir")
+    specs = [task_spec(name) for name in task_names]
+    found = [(spec, resolve_task_file(spec, root)) for spec in specs]
+    missing = [spec.name for spec, source in found if source is None]
+    if missing:
+        raise InputError(f"task directory lacks {len(missing)} of the {len(specs)} tasks: {', '.join(missing)}",
+                         path=root, field="--task-dir")
+    tasks = []
+    for spec, source in found:
+        tasks.append(LiveTask(spec=spec, examples=load_task_file(spec, source),  # type: ignore[arg-type]
+                              sha256=file_sha256(source.path), path=str(source.path)))  # type: ignore[union-attr]
+    return tuple(tasks)

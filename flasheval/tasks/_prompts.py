@@ -13,17 +13,19 @@ itself), so any example's requests can be rebuilt alone, in any process, in any 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from flasheval.hashing import derive_seed
-from flasheval.tasks._formats import Example
+from flasheval.errors import InputError
+from flasheval.hashing import derive_seed, stable_hash
+from flasheval.tasks._formats import Example, LiveTask
 from flasheval.tasks._suites import TaskSpec
 from flasheval.types import GenerationRequest, LoglikelihoodRequest, Request
 
-__all__ = ["PromptPlan", "plan_prompts", "select_fewshot", "build_requests", "build_task_requests"]
+__all__ = ["PromptPlan", "plan_prompts", "select_fewshot", "build_requests", "build_task_requests",
+           "build_example_requests", "prompt_digest", "task_prompt_digest"]
 
 # llm-foundry adds this many tokens of head-room to the longest answer when a task has a CoT delimiter.
 _COT_ANSWER_BUFFER = 10
@@ -226,3 +228,32 @@ def build_task_requests(
     if missing:
         raise ValueError(f"task {spec.name!r} has no examples {missing[:5]}")
     return {i: _requests_for(plan, by_id[i], seed=seed, prefix_space=prefix_space) for i in wanted}
+
+
+def build_example_requests(task: LiveTask, example_ids: Sequence[str], *, seed: int,
+                           prefix_space: bool) -> dict[str, tuple[Request, ...]]:
+    """``{example_id: requests}`` for ``example_ids`` (in that order); unknown ids are refused."""
+    known = set(task.example_ids)
+    unknown = [i for i in example_ids if i not in known]
+    if unknown:
+        raise InputError(f"task {task.name!r} has no examples {unknown[:5]} (task file changed?)", field="example_id")
+    return build_task_requests(task.spec, task.examples, seed=seed, example_ids=example_ids, prefix_space=prefix_space)
+
+
+def prompt_digest(requests: Sequence[Request]) -> str:
+    """Digest of an example's requests: their content keys and few-shot ids, in request order.
+
+    Examples
+    --------
+    >>> r = LoglikelihoodRequest(task_name="t", example_id="1", choice_index=0, context="Q", continuation=" A")
+    >>> prompt_digest([r]) == prompt_digest([r])
+    True
+    >>> prompt_digest([r]) == prompt_digest([r, r])
+    False
+    """
+    return stable_hash([(r.key, list(getattr(r, "fewshot_ids", ()))) for r in requests])
+
+
+def task_prompt_digest(requests_by_id: Mapping[str, Sequence[Request]]) -> str:
+    """One digest for a task: every example's :func:`prompt_digest`, by sorted example id."""
+    return stable_hash([(i, prompt_digest(requests_by_id[i])) for i in sorted(requests_by_id)])

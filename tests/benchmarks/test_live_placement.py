@@ -11,7 +11,7 @@ import pytest
 from benchmarks import live_placement as lp
 from flasheval.cli import main
 from flasheval.reference import load_reference
-from flasheval.reference_build import BuildSettings
+from flasheval.reference.live import BuildSettings
 from tests._tiny_models import save_tiny_models
 
 

@@ -10,7 +10,7 @@ import tempfile
 import pytest
 
 from flasheval import cli
-from flasheval.dior import run_dior
+from flasheval.placement.dior import run_dior
 from flasheval.records import write_record
 from flasheval.reference import load_reference
 from flasheval.report import render_report
@@ -19,7 +19,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _place_payload(reference):
-    # the fields flasheval.controller.PlacementResult.to_json writes
+    # the fields flasheval.placement.controller.PlacementResult.to_json writes
     stage = {"stage": 0, "stage_size": 20, "n_examples": [20] * 6, "rank": 5, "mid_rank": 5.0, "interval": [2, 9],
              "confidence_level": 0.99, "tier": "5-9", "resolution": 2, "decision": "escalate", "reason": "wide"}
     last = dict(stage, stage=1, stage_size=100, n_examples=[100] * 6, rank=6, interval=[5, 7], decision="stop")
@@ -31,7 +31,7 @@ def _place_payload(reference):
 
 
 def _backtest_payload():
-    # the fields flasheval.backtest.BacktestResult.to_json writes
+    # the fields flasheval.placement.backtest.BacktestResult.to_json writes
     rows = [{"model_id": f"m{i}", "full_rank": i, "placed_rank": i + (i % 3 == 0), "interval": [max(1, i - 2), i + 2],
              "tier": "1" if i == 1 else "2-4" if i <= 4 else "5+", "resolution": 0 if i == 1 else 1 if i <= 4 else 2,
              "within": True, "covered": True, "n_examples": 100 * i, "saving": 5.0, "status": "resolved"}

@@ -7,8 +7,8 @@ import pytest
 
 from flasheval.errors import InputError
 from flasheval.report.scaling_figure import save_scaling_figure, scaling_figure
-from flasheval.scaling_fit import PredictTarget, ScalingFitOptions, scaling_fit_payload
-from flasheval.scaling_io import RunsTable
+from flasheval.scaling.fit import PredictTarget, ScalingFitOptions, scaling_fit_payload
+from flasheval.scaling.runs import RunsTable
 from flasheval.stats.scaling import error_law, loss_law
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from flasheval.errors import FlashevalError
-from flasheval.scaling_io import read_runs
+from flasheval.scaling.runs import read_runs
 from flasheval.stats.scaling import (
     FitError,
     bootstrap_error_law,

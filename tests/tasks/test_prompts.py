@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import pytest
-
 from flasheval.tasks import (
     TaskSpec,
     build_requests,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flasheval.sampling import example_order, nested_prefix
+from flasheval.stats.sampling import example_order, nested_prefix
 from flasheval.tasks import (
     Example,
     build_task_requests,

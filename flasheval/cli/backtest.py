@@ -1,0 +1,62 @@
+"""``flasheval backtest``: leave-one-out placement of every reference model, three methods compared."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from flasheval.placement.backtest import BacktestResult, backtest
+from flasheval.placement.tiers import load_tier_plan
+from flasheval.records import write_record
+from flasheval.reference import MISSING_POLICIES, load_reference
+from flasheval.stats.ranking import AGGREGATES
+
+__all__ = ["register", "run", "format_table"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("backtest", help="leave-one-out backtest of placement on a reference")
+    parser.add_argument("--reference", default="helm_lite")
+    parser.add_argument("--tiers", default="default", help="tier plan of the adaptive method (default: %(default)s)")
+    parser.add_argument("--flash-helm-tiers", default="flash_helm", help="plan of the fixed schedule compared against")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--aggregate", choices=AGGREGATES)
+    parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
+    parser.add_argument("--per-model", action="store_true", help="also print one line per model")
+    parser.add_argument("--output", help="record file (default: runs/backtest-<reference>.json)")
+    parser.set_defaults(func=run)
+
+
+def format_table(result: BacktestResult) -> str:
+    """Summary table, one line per method."""
+    lines = [f"{'method':<11} {'models':>6} {'within res.':>11} {'coverage':>9} {'median saving':>13} "
+             f"{'mean saving':>11} {'total saving':>12} {'mean examples':>13}"]
+    for s in result.summaries:
+        lines.append(f"{s.method:<11} {s.n_models:>6} {s.share_within:>11.1%} {s.coverage:>9.1%} "
+                     f"{s.median_saving:>12.1f}x {s.mean_saving:>10.1f}x {s.total_saving:>11.1f}x {s.mean_examples:>13.0f}")
+    return "\n".join(lines)
+
+
+def _per_model(result: BacktestResult) -> str:
+    lines = [f"{'model':<44} {'full':>4} {'placed':>6} {'interval':>10} {'tier':>5} {'ok':>3} {'examples':>8} {'saving':>7}"]
+    for r in result.rows["adaptive"]:
+        lines.append(f"{r.model_id:<44} {r.full_rank:>4} {r.placed_rank:>6} {str(list(r.interval)):>10} {r.tier:>5} "
+                     f"{'yes' if r.within else 'NO':>3} {r.n_examples:>8} {r.saving:>6.1f}x")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    reference = load_reference(args.reference, missing=args.missing)
+    plan, fixed = load_tier_plan(args.tiers), load_tier_plan(args.flash_helm_tiers)
+    start = time.perf_counter()
+    result = backtest(reference, plan, fixed, seed=args.seed, aggregate=args.aggregate)
+    seconds = time.perf_counter() - start
+    if args.per_model:
+        print(_per_model(result))
+    print(f"backtest on {reference.name}: {reference.n_models} models left out in turn; plan {plan.name} "
+          f"({plan.confidence_level:.0%} intervals, correction {plan.correction}), seed {args.seed}; {seconds:.0f} s")
+    print(format_table(result))
+    out = Path(args.output or Path("runs") / f"backtest-{reference.name}.json")
+    print(f"record: {write_record(out, kind='backtest', payload=result.to_json())}")
+    return 0

@@ -1,0 +1,173 @@
+"""``flasheval reference import|build|show``: build a reference from results users have
+(:mod:`flasheval.reference.importing`) or by scoring models live (:mod:`flasheval.reference.build`);
+print a ranking."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from flasheval.engine import parse_named_models
+from flasheval.errors import InputError
+from flasheval.reference import (
+    IMPORT_FORMATS,
+    MANIFEST_FILE,
+    MISSING_POLICIES,
+    load_reference,
+    read_lm_eval_samples,
+    read_long_parquet,
+    references_root,
+    write_reference,
+)
+from flasheval.reference.build import build_reference, write_built_reference
+from flasheval.stats.ranking import AGGREGATES
+from flasheval.tasks import load_live_tasks, load_suite
+
+__all__ = ["register", "run", "BUILD_DTYPES"]
+
+BUILD_DTYPES = ("float32", "bfloat16", "float16")
+"""A reference pins its dtype (``auto`` would depend on the machine)."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("reference", help="import, build or show a reference leaderboard")
+    sub = parser.add_subparsers(dest="reference_command", metavar="ACTION", required=True)
+    imp = sub.add_parser("import", help="build a reference from a long parquet file or lm-eval --log_samples output")
+    imp.add_argument("source_path", metavar="FILE_OR_DIR")
+    imp.add_argument("--format", required=True, choices=IMPORT_FORMATS)
+    imp.add_argument("--name", required=True, help="reference name (folder name)")
+    imp.add_argument("--suite", help="long-parquet: keep only rows with this 'suite' value")
+    imp.add_argument("--metric", help="lm-eval-samples: per-sample metric key (default: acc, exact_match, acc_norm)")
+    imp.add_argument("--output-dir", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES or <repo>/reference_rankings)")
+    imp.add_argument("--source", default="", help="where the numbers come from (stored in the manifest)")
+    imp.add_argument("--licence", default="unknown")
+    imp.add_argument("--metric-description", default="", help="what the score measures (manifest 'metric')")
+    imp.add_argument("--lower-is-better", action="store_true")
+    imp.add_argument("--aggregate", default="mean", choices=AGGREGATES)
+    imp.add_argument("--random-baselines", help="JSON file {dataset: chance score} for the centered aggregate")
+    imp.add_argument("--notes", default="")
+    imp.add_argument("--force", action="store_true", help="overwrite an existing reference folder")
+    imp.set_defaults(func=run)
+    _add_build_parser(sub).set_defaults(func=run)
+    show = sub.add_parser("show", help="print a reference's full ranking")
+    show.add_argument("name", metavar="NAME")
+    show.add_argument("--aggregate", choices=AGGREGATES, help="default: the manifest's")
+    show.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
+    show.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.reference_command == "build":
+        return _build(args)
+    return _import(args) if args.reference_command == "import" else _show(args)
+
+
+def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``build`` action to ``flasheval reference`` (the caller sets its ``func``)."""
+    p = sub.add_parser("build", help="score real models on a task suite and write a reference from them")
+    p.add_argument("--models", nargs="+", required=True, metavar="[NAME=]SPEC",
+                   help="gguf:FILE or hf:PATH_OR_ID, optionally named NAME=SPEC")
+    p.add_argument("--suite", required=True, help="task suite (flasheval tasks list), e.g. dclm-core")
+    p.add_argument("--task-dir", required=True, help="folder holding the task files (llm-foundry local_data layout)")
+    p.add_argument("--tasks", help="comma-separated subset of the suite's tasks (default: all of them)")
+    p.add_argument("--n-examples", type=int, help="examples per task: the first N of the seeded order (default: all)")
+    p.add_argument("--seed", type=int, default=1234, help="fixes example order and few-shot sets (default: %(default)s)")
+    p.add_argument("--dtype", default="float32", choices=BUILD_DTYPES, help="pinned in the reference (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--no-prefix-space", action="store_true",
+                   help="do not prepend a space to continuations (SentencePiece-only pools; default: prefix space)")
+    p.add_argument("--name", required=True, help="reference name (folder name)")
+    p.add_argument("--output-root", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES or <repo>/reference_rankings)")
+    p.add_argument("--work-dir", help="results store and build log (default: runs/reference-build-NAME)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing reference folder")
+    return p
+
+
+def _task_names(args: argparse.Namespace) -> tuple[str, ...]:
+    suite = load_suite(args.suite)
+    if not args.tasks:
+        return suite.task_names
+    wanted = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+    outside = [t for t in wanted if t not in suite.task_names]
+    if outside or not wanted:
+        raise InputError(f"tasks {outside} are not in suite {args.suite!r}", field="--tasks",
+                         allowed=suite.task_names)
+    return wanted
+
+
+def _build(args: argparse.Namespace) -> int:
+    if args.n_examples is not None and args.n_examples < 1:
+        raise InputError(f"must be >= 1, got {args.n_examples}", field="--n-examples")
+    models = parse_named_models(args.models)
+    task_names = _task_names(args)
+    out = references_root(args.output_root) / args.name
+    if (out / MANIFEST_FILE).exists() and not args.force:
+        raise InputError("reference already exists (use --force to overwrite)", path=out)
+    tasks = load_live_tasks(task_names, args.task_dir)
+    work = Path(args.work_dir or Path("runs") / f"reference-build-{args.name}")
+    start = time.perf_counter()
+    result = build_reference(models, tasks, suite=args.suite, seed=args.seed, n_examples=args.n_examples,
+                             dtype=args.dtype, store_dir=work / "store", prefix_space=not args.no_prefix_space,
+                             device=args.device, batch_size=args.batch_size, task_dir=str(Path(args.task_dir).resolve()))
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    log = write_built_reference(out, result, name=args.name, suite=load_suite(args.suite), tasks=tasks, work_dir=work,
+                                argv=sys.argv[1:])
+    ref = load_reference(out)
+    print(f"wrote {out}: {ref.n_models} models x {len(ref.dataset_names)} tasks, "
+          f"{sum(len(e) for e in ref.example_ids)} examples per model, in {time.perf_counter() - start:.0f} s")
+    for row in ref.ranking():
+        m = row.model_id
+        print(f"  {row.rank}. {m:<28} {ref.manifest.aggregate} {row.value:.4f}  "
+              f"({result.seconds[m]:.0f} s, {result.computed[m]} requests computed)")
+    print(f"  build log: {log}; results store: {work / 'store'}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    if args.format == "long-parquet":
+        frame = read_long_parquet(args.source_path, suite=args.suite)
+    else:
+        frame = read_lm_eval_samples(args.source_path, metric=args.metric)
+    baselines = None
+    if args.random_baselines:
+        try:
+            baselines = json.loads(Path(args.random_baselines).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"cannot read random baselines ({exc})", path=args.random_baselines) from None
+    out = references_root(args.output_dir) / args.name
+    if (out / MANIFEST_FILE).exists() and not args.force:
+        raise InputError("reference already exists (use --force to overwrite)", path=out)
+    built = f"flasheval reference import --format {args.format} {Path(args.source_path).name}" + (
+        f" --suite {args.suite}" if args.suite else "") + (f" --metric {args.metric}" if args.metric else "")
+    write_reference(out, frame, name=args.name, source=args.source or str(args.source_path), licence=args.licence,
+                    metric=args.metric_description or args.metric or "score", higher_is_better=not args.lower_is_better,
+                    aggregate=args.aggregate, random_baselines=baselines, built_with=built, notes=args.notes)
+    ref = load_reference(out)
+    print(f"wrote {out}: {ref.n_models} models, {len(ref.dataset_names)} datasets, "
+          f"{sum(len(e) for e in ref.example_ids)} examples; excluded {len(ref.excluded)}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    ref = load_reference(args.name, missing=args.missing)
+    kind = args.aggregate or ref.manifest.aggregate
+    m = ref.manifest
+    print(f"reference {ref.name}: {ref.n_models} models x {len(ref.dataset_names)} datasets "
+          f"({sum(len(e) for e in ref.example_ids)} examples); metric: {m.metric}; aggregate: {kind}"
+          f"{' (HELM compatibility; pool-dependent)' if kind == 'win_rate' else ''}; missing-data policy: {ref.missing_policy}")
+    print(f"source: {m.source}; licence: {m.licence}")
+    short = [d.rsplit("/", 1)[-1][:10] for d in ref.dataset_names]
+    print(f"{'rank':>4}  {'model':<44} {kind:>9}  " + " ".join(f"{s:>10}" for s in short))
+    for row in ref.ranking(kind):
+        print(f"{row.rank:>4}  {row.model_id:<44} {row.value:>9.4f}  " + " ".join(f"{v:>10.3f}" for v in row.dataset_means))
+    if ref.excluded:
+        print(f"excluded by the '{ref.missing_policy}' policy ({len(ref.excluded)}):")
+        for what, why in ref.excluded:
+            print(f"  {what}: {why}")
+    return 0

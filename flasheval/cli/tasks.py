@@ -1,0 +1,92 @@
+"""``flasheval tasks list`` and ``flasheval tasks check DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from flasheval.errors import FlashevalError, InputError
+from flasheval.tasks import load_suite, load_task_file, resolve_task_file, suite_names, task_names, task_spec
+
+__all__ = ["register", "run"]
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``tasks`` subcommand."""
+    parser = subparsers.add_parser("tasks", help="list the known tasks and suites, or check a task directory")
+    actions = parser.add_subparsers(dest="tasks_action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="tasks with type, shots, baselines, categories and suites")
+    listing.add_argument("--suite", help=f"only this suite's tasks ({', '.join(suite_names())})")
+    check = actions.add_parser("check", help="validate every task file found in DIR and count its examples")
+    check.add_argument("task_dir", metavar="DIR", type=Path,
+                       help="a task directory (local_data/, reconstructed/, gpqa/) or an llm-foundry local_data dir")
+    check.add_argument("--suite", help="only this suite's tasks")
+    parser.set_defaults(func=run)
+
+
+def _selected(suite: str | None) -> tuple[str, ...]:
+    return task_names() if suite is None else load_suite(suite).task_names
+
+
+def _membership() -> dict[str, list[str]]:
+    member: dict[str, list[str]] = {name: [] for name in task_names()}
+    for suite in suite_names():
+        for name in load_suite(suite).task_names:
+            member[name].append(suite)
+    return member
+
+
+def _list(suite: str | None) -> int:
+    member = _membership()
+    header = f"{'task':34} {'icl_type':28} {'shots':>5} {'v1%':>5} {'v2%':>5} {'cats':>4} {'data':13} suites"
+    print(header)
+    for name in _selected(suite):
+        spec = task_spec(name)
+        print(f"{name:34} {spec.icl_type:28} {spec.n_shots:>5} {spec.baseline_dclm_v1_pct:>5g} "
+              f"{spec.baseline_dclm_v2_pct:>5g} {'yes' if spec.has_categories else 'no':>4} {spec.data_status:13} "
+              f"{','.join(member[name])}")
+    for name in suite_names() if suite is None else (suite,):
+        loaded = load_suite(name)
+        print(f"suite {name}: {len(loaded.task_names)} tasks, {loaded.aggregate}: {loaded.description}")
+    return 0
+
+
+def _check(task_dir: Path, suite: str | None) -> int:
+    if not task_dir.is_dir():
+        raise InputError("not a directory", path=task_dir)
+    counts, missing, errors = 0, [], []
+    print(f"{'task':34} {'examples':>8} {'categories':>10}  file")
+    for name in _selected(suite):
+        spec = task_spec(name)
+        source = resolve_task_file(spec, task_dir)
+        if source is None:
+            missing.append(name)
+            print(f"{name:34} {'missing':>8} {'':>10}  {spec.dataset_uri}")
+            continue
+        try:
+            examples = load_task_file(spec, source)
+        except FlashevalError as exc:
+            errors.append(str(exc))
+            print(f"{name:34} {'ERROR':>8} {'':>10}  {exc}")
+            continue
+        counts += 1
+        n_categories = len({e.category for e in examples}) if spec.has_categories else 0
+        note = ""
+        if spec.n_examples_expected is not None and len(examples) != spec.n_examples_expected:
+            note = f"  (the known copy has {spec.n_examples_expected})"
+        print(f"{name:34} {len(examples):>8} {n_categories or '':>10}  {source}{note}")
+    print(f"{counts} tasks valid, {len(missing)} missing"
+          + (f" ({', '.join(missing)})" if missing else "") + f", {len(errors)} with errors")
+    return 1 if errors else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``tasks list`` or ``tasks check``; returns the exit code (1 when a file has errors)."""
+    if args.suite is not None:
+        load_suite(args.suite)  # unknown suite: one-line error listing the allowed names
+    if args.tasks_action == "list":
+        return _list(args.suite)
+    return _check(args.task_dir, args.suite)

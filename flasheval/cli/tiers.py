@@ -1,0 +1,29 @@
+"""``flasheval tiers validate FILE``: check a tier plan and print what it means."""
+
+from __future__ import annotations
+
+import argparse
+
+from flasheval.placement.tiers import load_tier_plan
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("tiers", help="validate a tier plan")
+    sub = parser.add_subparsers(dest="tiers_command", metavar="ACTION", required=True)
+    val = sub.add_parser("validate", help="validate a tier plan file (or a plan name under tiers/)")
+    val.add_argument("plan", metavar="FILE")
+    val.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = load_tier_plan(args.plan)
+    stages = ", ".join("all" if s is None else str(s) for s in plan.stages)
+    print(f"{plan.name}: valid; stop rule {plan.stop_rule}; stages {stages}; confidence {plan.confidence_level} "
+          f"(correction {plan.correction}: first look at {plan.look_confidence(0):.4f}); {plan.n_resamples} resamples")
+    for tier in plan.tiers:
+        res = "maximal" if tier.resolution == 0 else f"+-{tier.resolution}"
+        stop = "" if plan.stop_rule != "flash_helm" else f", stops at {'all' if tier.stop_stage is None else tier.stop_stage}"
+        print(f"  ranks {tier.label:<6} resolution {res}{stop}")
+    return 0

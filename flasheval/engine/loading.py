@@ -1,0 +1,57 @@
+"""Open a model named by a spec: the backend, and the backend behind the results store.
+
+Importing this module does NOT import torch, transformers or accelerate: the Hugging Face
+backend (:mod:`flasheval.engine.hf`) is imported only when a model is opened.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from flasheval.engine.base import Backend
+from flasheval.engine.specs import ModelSpec, NamedModel
+from flasheval.engine.store import CachedBackend, ResultStore
+from flasheval.errors import InputError
+
+__all__ = ["open_backend", "open_cached_backend", "n_parameters"]
+
+
+def open_backend(spec: ModelSpec, **options: Any) -> Backend:
+    """Load the model a ``hf:`` / ``gguf:`` spec names (options: see :func:`~flasheval.engine.hf.load_hf_backend`).
+
+    ``replay:`` specs serve scores, not log-likelihoods; they are opened by the placement code.
+    """
+    if spec.kind == "replay":
+        raise InputError("replay: models serve recorded scores; use them with placement commands", field="--model")
+    from flasheval.engine.hf import load_hf_backend
+
+    if spec.kind == "gguf":
+        path = Path(spec.target).expanduser()
+        return load_hf_backend(str(path.parent), gguf_file=path.name, **options)
+    return load_hf_backend(spec.target, revision=spec.revision, **options)
+
+
+def open_cached_backend(model: NamedModel, store_dir: Path, *, dtype: str, device: str = "auto",
+                        batch_size: int = 32, max_length: int | None = None) -> tuple[CachedBackend, ResultStore, Any]:
+    """Load a model and wrap it in the results store (data-parallel under ``accelerate launch``).
+
+    Returns the cached backend, its store (close it when done) and the loaded backend.
+    """
+    backend = open_backend(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length)
+    runner: Any = backend
+    is_main = True
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from flasheval.engine.distributed import DistributedBackend
+
+        runner = DistributedBackend(backend, progress=True)
+        is_main = runner.state.is_main_process
+    store = ResultStore(store_dir, fingerprint=backend.fingerprint, writer=is_main)
+    return CachedBackend(runner, store), store, backend
+
+
+def n_parameters(backend: Any) -> int | None:
+    """Parameters of a loaded Hugging Face backend's model (``None`` when unknown)."""
+    model = getattr(backend, "_model", None)
+    return None if model is None else int(sum(p.numel() for p in model.parameters()))

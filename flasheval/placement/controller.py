@@ -1,0 +1,367 @@
+"""The placement controller: escalate nested subsamples until the rank is resolved.
+
+``decide(...)`` is pure: from the rank distribution after a stage and the tier plan it says
+stop or escalate, and why. ``place(...)`` is the thin loop around it: per dataset it takes
+the prefix of ONE seeded permutation (:func:`flasheval.stats.sampling.example_order`) as the
+stage's subsample, asks the scorer only for the example ids it has not scored yet, compares
+the new model with every reference model on the same examples (paired, dataset-stratified
+bootstrap, :mod:`flasheval.stats.bootstrap`), logs one line per stage and stops when the
+plan is satisfied, when every example is scored, or when the next stage would exceed the
+budget (status ``unresolved at budget``, with the best interval so far).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flasheval.hashing import derive_seed
+from flasheval.placement.scorers import ExampleScorer
+from flasheval.placement.tiers import TierPlan
+from flasheval.reference import ReferenceLeaderboard
+from flasheval.stats.bootstrap import RankDistribution, rank_distribution
+from flasheval.stats.sampling import example_order
+
+__all__ = ["Budget", "Decision", "StageRecord", "Compute", "PlacementResult", "decide", "place", "stage_rank", "stage_targets",
+           "STATUSES"]
+
+logger = logging.getLogger(__name__)
+
+STATUSES: tuple[str, ...] = ("resolved", "unresolved at budget")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """Caps on one placement; ``None`` = no cap."""
+
+    max_examples: int | None = None
+    """Examples scored in total (all datasets)."""
+    max_tokens: int | None = None
+    """Tokens processed in total (needs a scorer that reports tokens)."""
+    max_flops: float | None = None
+    """Estimated FLOPs, ``2 x parameters x tokens`` (needs parameters and tokens)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_examples", "max_tokens", "max_flops"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+
+    def exceeded_by(self, *, examples: int, tokens: float | None, flops: float | None) -> str | None:
+        """Which cap the projected totals would exceed, in words (``None`` when within budget)."""
+        if self.max_examples is not None and examples > self.max_examples:
+            return f"{examples} examples > budget {self.max_examples}"
+        if self.max_tokens is not None and tokens is not None and tokens > self.max_tokens:
+            return f"~{tokens:.3g} tokens > budget {self.max_tokens:.3g}"
+        if self.max_flops is not None and flops is not None and flops > self.max_flops:
+            return f"~{flops:.3g} FLOPs > budget {self.max_flops:.3g}"
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """What to do after a stage."""
+
+    stop: bool
+    reason: str
+    """Why, in words (printed in the stage's log line)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageRecord:
+    """One stage of a placement (one log line)."""
+
+    stage: int
+    """0-based index into the plan's stages."""
+    stage_size: int | None
+    """Examples per dataset asked for (``None`` = all)."""
+    n_examples: tuple[int, ...]
+    """Examples scored so far per dataset (capped at the dataset's size)."""
+    rank: int
+    mid_rank: float
+    interval: tuple[int, int]
+    confidence_level: float
+    """Level of this look's interval (after the plan's multiple-look correction)."""
+    tier: str
+    resolution: int
+    decision: str
+    """``stop`` or ``escalate``."""
+    reason: str
+
+    def log_line(self, n_stages: int) -> str:
+        size = "all" if self.stage_size is None else self.stage_size
+        res = "maximal" if self.resolution == 0 else f"+-{self.resolution}"
+        return (f"stage {self.stage + 1}/{n_stages} ({size}/dataset): {sum(self.n_examples)} examples, rank {self.rank} "
+                f"[{self.interval[0]}, {self.interval[1]}] @{self.confidence_level:.2%}, tier {self.tier} ({res}), "
+                f"{self.decision}: {self.reason}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compute:
+    """Compute actually spent and the saving versus scoring every example."""
+
+    n_examples: int
+    full_examples: int
+    """Examples in the whole reference (all datasets)."""
+    n_tokens: int | None
+    """Tokens reported by the scorer (``None`` if it reports none)."""
+    full_tokens: float | None
+    """Tokens of a full run, extrapolated per dataset from the tokens per example seen."""
+    flops: float | None
+    """``2 x n_parameters x n_tokens``."""
+    full_flops: float | None
+
+    @property
+    def saving(self) -> float:
+        """Full-run examples (tokens, when known) divided by those spent."""
+        if self.n_tokens and self.full_tokens:
+            return self.full_tokens / self.n_tokens
+        return self.full_examples / max(self.n_examples, 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlacementResult:
+    """Outcome of :func:`place`."""
+
+    model_id: str
+    reference: str
+    plan: str
+    seed: int
+    status: str
+    """``resolved`` or ``unresolved at budget``."""
+    reason: str
+    rank: int | None
+    """Placed rank among the ``n_models + 1`` (``None`` if the budget allowed no stage)."""
+    interval: tuple[int, int]
+    confidence_level: float
+    """Overall level of the interval (the plan's), whatever the per-look level."""
+    tier: str | None
+    resolution: int | None
+    n_models: int
+    stages: tuple[StageRecord, ...]
+    compute: Compute
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict (the ``place`` record's payload)."""
+        from dataclasses import asdict
+
+        out = asdict(self)
+        out["compute"]["saving"] = self.compute.saving
+        return out
+
+
+def decide(*, plan: TierPlan, stage_size: int | None, rank: int, interval: tuple[int, int], is_last: bool) -> Decision:
+    """Stop or escalate after a stage (pure).
+
+    Parameters
+    ----------
+    plan
+        The tier plan (stop rule, tiers).
+    stage_size
+        Examples per dataset of this stage (``None`` = all).
+    rank, interval
+        Point rank and the look's interval.
+    is_last
+        Whether every example of every dataset is now scored.
+
+    Examples
+    --------
+    >>> from flasheval.placement.tiers import load_tier_plan
+    >>> plan = load_tier_plan("default")
+    >>> decide(plan=plan, stage_size=50, rank=30, interval=(27, 33), is_last=False).stop
+    True
+    >>> decide(plan=plan, stage_size=50, rank=6, interval=(3, 8), is_last=False).reason
+    'interval [3, 8] not within 6+-2 (tier 5-9)'
+    """
+    if is_last:
+        return Decision(stop=True, reason="every example scored: this is the full-data rank")
+    tier = plan.tier_for(rank)
+    if plan.stop_rule == "flash_helm":
+        if tier.stop_stage is not None and stage_size is not None and stage_size >= tier.stop_stage:
+            return Decision(stop=True, reason=f"tier {tier.label} stops at {tier.stop_stage}/dataset (Flash-HELM schedule)")
+        target = "all" if tier.stop_stage is None else tier.stop_stage
+        return Decision(stop=False, reason=f"tier {tier.label} needs {target}/dataset (Flash-HELM schedule)")
+    lo, hi = interval
+    k = tier.resolution
+    if tier.min_stage is not None and stage_size is not None and stage_size < tier.min_stage:
+        return Decision(stop=False, reason=f"tier {tier.label} may stop from {tier.min_stage}/dataset on (min_stage)")
+    if rank - k <= lo and hi <= rank + k:
+        return Decision(stop=True, reason=f"interval [{lo}, {hi}] within {rank}+-{k} (tier {tier.label})")
+    return Decision(stop=False, reason=f"interval [{lo}, {hi}] not within {rank}+-{k} (tier {tier.label})")
+
+
+class _Scored:
+    """Scores gathered so far for one dataset (prefix of the dataset's order)."""
+
+    def __init__(self) -> None:
+        self.scores: list[np.ndarray] = []
+        self.tokens: list[np.ndarray] | None = []
+        self.n = 0
+
+    def add(self, scores: np.ndarray, tokens: np.ndarray | None) -> None:
+        self.scores.append(scores)
+        self.n += len(scores)
+        if tokens is None:
+            self.tokens = None
+        elif self.tokens is not None:
+            self.tokens.append(tokens)
+
+    @property
+    def n_tokens(self) -> int | None:
+        return None if self.tokens is None else int(sum(t.sum() for t in self.tokens))
+
+
+def _compute(gathered: list[_Scored], sizes: list[int], n_parameters: int | None) -> Compute:
+    used = sum(g.n for g in gathered)
+    tokens = [g.n_tokens for g in gathered]
+    n_tokens = None if any(t is None for t in tokens) or used == 0 else int(sum(tokens))  # type: ignore[arg-type]
+    full_tokens = None
+    if n_tokens is not None and all(g.n for g in gathered):
+        full_tokens = float(sum(t / g.n * size for t, g, size in zip(tokens, gathered, sizes)))  # type: ignore[operator]
+    flops = None if n_tokens is None or n_parameters is None else 2.0 * n_parameters * n_tokens
+    full_flops = None if full_tokens is None or n_parameters is None else 2.0 * n_parameters * full_tokens
+    return Compute(n_examples=used, full_examples=int(sum(sizes)), n_tokens=n_tokens, full_tokens=full_tokens,
+                   flops=flops, full_flops=full_flops)
+
+
+def _project(gathered: list[_Scored], targets: list[int], n_parameters: int | None) -> tuple[int, float | None, float | None]:
+    """Projected totals (examples, tokens, FLOPs) after scoring up to ``targets``."""
+    examples = int(sum(targets))
+    used = sum(g.n for g in gathered)
+    tokens = [g.n_tokens for g in gathered]
+    if used == 0 or any(t is None for t in tokens):
+        return examples, None, None
+    per_example = sum(tokens) / used  # type: ignore[arg-type]
+    projected = float(per_example * examples)
+    return examples, projected, None if n_parameters is None else 2.0 * n_parameters * projected
+
+
+def stage_rank(
+    reference: ReferenceLeaderboard,
+    new_scores: list[np.ndarray],
+    columns: list[np.ndarray],
+    *,
+    aggregate: str | None,
+    n_resamples: int,
+    confidence_level: float,
+    rng: int | np.random.Generator,
+    estimator: str = "control-variate",
+) -> RankDistribution:
+    """Rank distribution of a new model scored on ``columns`` of each dataset of ``reference``.
+
+    ``new_scores[d]`` holds the new model's scores on the reference's examples
+    ``columns[d]`` (indices into ``reference.example_ids[d]``); every reference model is taken
+    on the same examples.
+    """
+    pool = [s[:, c] for s, c in zip(reference.scores, columns)]
+    return rank_distribution(
+        new_scores, pool, population_sizes=[len(e) for e in reference.example_ids],
+        n_resamples=n_resamples, confidence_level=confidence_level, rng=rng, estimator=estimator,
+        pool_full_means=reference.dataset_means() if estimator == "control-variate" else None,
+        **reference.aggregate_options(aggregate),
+    )
+
+
+def _nested_orders(reference: ReferenceLeaderboard, seed: int) -> tuple[list[tuple[str, ...]], list[np.ndarray]]:
+    """Per dataset, the seeded example order and the matrix column of each example in it."""
+    orders, positions = [], []
+    for name, ids in zip(reference.dataset_names, reference.example_ids):
+        orders.append(example_order(ids, seed=seed, task_name=name))
+        index = {e: i for i, e in enumerate(ids)}
+        positions.append(np.fromiter((index[e] for e in orders[-1]), dtype=np.int64, count=len(ids)))
+    return orders, positions
+
+
+def _score_new(scorer: ExampleScorer, names: tuple[str, ...], orders: list[tuple[str, ...]], gathered: list[_Scored],
+               targets: list[int]) -> None:
+    """Ask the scorer for the examples between what is scored and ``targets`` (only new ids)."""
+    for name, order, g, target in zip(names, orders, gathered, targets):
+        new_ids = order[g.n:target]
+        if new_ids:
+            got = scorer.score(name, new_ids)
+            if got.scores.shape != (len(new_ids),):
+                raise ValueError(f"scorer returned {got.scores.shape} scores for {len(new_ids)} examples of {name}")
+            g.add(got.scores.astype(np.float64), got.n_tokens)
+
+
+def stage_targets(stage_size: int | None, sizes: list[int]) -> list[int]:
+    """Examples per dataset at a stage: ``stage_size`` capped by each dataset's size (all when ``None``)."""
+    return [n if stage_size is None else min(stage_size, n) for n in sizes]
+
+
+def place(
+    reference: ReferenceLeaderboard,
+    scorer: ExampleScorer,
+    plan: TierPlan,
+    *,
+    model_id: str = "new model",
+    seed: int = 0,
+    budget: Budget | None = None,
+    aggregate: str | None = None,
+) -> PlacementResult:
+    """Place a model on ``reference`` by escalating nested subsamples (see the module docstring).
+
+    Parameters
+    ----------
+    reference
+        The pool to rank against (the model itself must not be in it).
+    scorer
+        Produces the new model's per-example scores; asked only for ids not yet scored.
+    plan
+        Stages, tiers, stop rule, confidence level and multiple-look correction.
+    model_id
+        Name of the new model (for the record).
+    seed
+        The run's seed: fixes each dataset's example order and the bootstrap streams.
+    budget
+        Caps; a stage that would exceed one is not started.
+    aggregate
+        Aggregate over datasets (default: the reference's).
+    """
+    budget = budget or Budget()
+    sizes = [len(ids) for ids in reference.example_ids]
+    orders, positions = _nested_orders(reference, seed)
+    gathered = [_Scored() for _ in sizes]
+    n_parameters = getattr(scorer, "n_parameters", None)
+    records: list[StageRecord] = []
+    dist: RankDistribution | None = None
+    status, reason, look = "unresolved at budget", "", 0
+    for k, stage_size in enumerate(plan.stages):
+        targets = stage_targets(stage_size, sizes)
+        if targets == [g.n for g in gathered]:
+            continue  # this stage adds no example (datasets smaller than the stage)
+        over = budget.exceeded_by(**dict(zip(("examples", "tokens", "flops"), _project(gathered, targets, n_parameters))))
+        if over is not None:
+            reason = f"stage {k + 1} would need {over}"
+            logger.info("stage %d/%d: not started, %s: unresolved at budget", k + 1, len(plan.stages), over)
+            break
+        _score_new(scorer, reference.dataset_names, orders, gathered, targets)
+        level = plan.look_confidence(look)
+        dist = stage_rank(reference, [np.concatenate(g.scores) for g in gathered],
+                          [positions[d][:g.n] for d, g in enumerate(gathered)], aggregate=aggregate,
+                          n_resamples=plan.n_resamples, confidence_level=level,
+                          rng=derive_seed(seed, "bootstrap", look), estimator=plan.estimator)
+        is_last = all(g.n == n for g, n in zip(gathered, sizes))
+        decision = decide(plan=plan, stage_size=stage_size, rank=dist.rank, interval=dist.interval, is_last=is_last)
+        tier = plan.tier_for(dist.rank)
+        records.append(StageRecord(
+            stage=k, stage_size=stage_size, n_examples=tuple(g.n for g in gathered), rank=dist.rank,
+            mid_rank=dist.mid_rank, interval=dist.interval, confidence_level=level, tier=tier.label,
+            resolution=tier.resolution, decision="stop" if decision.stop else "escalate", reason=decision.reason))
+        logger.info(records[-1].log_line(len(plan.stages)))
+        look += 1
+        if decision.stop:
+            status, reason = "resolved", decision.reason
+            break
+    n_total = reference.n_models + 1
+    last = records[-1] if records else None
+    return PlacementResult(
+        model_id=model_id, reference=reference.name, plan=plan.name, seed=seed, status=status, reason=reason,
+        rank=None if last is None else last.rank, interval=(1, n_total) if last is None else last.interval,
+        confidence_level=plan.confidence_level, tier=None if last is None else last.tier,
+        resolution=None if last is None else last.resolution, n_models=reference.n_models,
+        stages=tuple(records), compute=_compute(gathered, sizes, n_parameters),
+    )

@@ -1,0 +1,253 @@
+"""Tier plans: which rank resolution each part of the leaderboard needs, and when to stop.
+
+A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. Fields:
+
+``name``, ``description``
+    Free text.
+``stop_rule``
+    ``interval`` (ours): stop when the bootstrap interval ``[lo, hi]`` of the rank lies within
+    ``[r - k, r + k]`` around the point rank ``r``, with ``k`` the resolution of the tier
+    holding ``r`` (``maximal`` = 0: the interval is the single rank ``r``).
+    ``flash_helm`` (compatibility): the paper's fixed schedule; stop when the point rank's
+    tier has ``stop_stage`` at or below the current stage.
+``confidence_level``
+    Overall two-sided level of the reported interval.
+``correction``
+    How the error ``alpha = 1 - confidence_level`` is spent across the looks (stages) of one
+    run: ``none`` (each look at ``alpha``), ``bonferroni`` (each at ``alpha / K``, ``K`` = the
+    stages before the last, since the last stage scores every example and cannot err) or
+    ``geometric`` (look ``j`` at ``alpha / 2**(j+1)``, which sums below ``alpha`` for any K).
+``estimator``
+    ``control-variate`` (default) or ``paired``: how the new model's full-data mean is estimated
+    from its subsample (see :mod:`flasheval.stats.bootstrap`).
+``n_resamples``
+    Bootstrap replicates per look.
+``stages``
+    Strictly increasing examples per dataset, the last one ``all``.
+``tiers``
+    Contiguous rank ranges from 1, last one open (``null``), each with ``resolution``
+    (``maximal`` or an integer k >= 1), for ``flash_helm`` ``stop_stage`` (a stage), and
+    optionally ``min_stage`` (``interval`` rule: no stop in this tier before that stage; a
+    guard for the top rank, where a few perfect answers make small-sample bootstraps overconfident).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flasheval.errors import ConfigError, UnknownNameError
+from flasheval.stats.bootstrap import ESTIMATORS
+
+__all__ = ["STOP_RULES", "CORRECTIONS", "Tier", "TierPlan", "load_tier_plan", "resolve_tier_plan"]
+
+STOP_RULES: tuple[str, ...] = ("interval", "flash_helm")
+CORRECTIONS: tuple[str, ...] = ("none", "bonferroni", "geometric")
+_PLAN_KEYS = ("name", "description", "stop_rule", "confidence_level", "correction", "estimator", "n_resamples",
+              "stages", "tiers")
+_TIER_KEYS = ("ranks", "resolution", "stop_stage", "min_stage")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tier:
+    """A contiguous range of ranks and the resolution it needs."""
+
+    first: int
+    """Best rank in the tier."""
+    last: int | None
+    """Worst rank in the tier; ``None`` = open-ended."""
+    resolution: int
+    """Allowed distance from the point rank (0 = maximal: exactly one rank)."""
+    stop_stage: int | None = None
+    """``flash_helm`` rule: the stage (examples per dataset; ``None`` = all) at which it stops."""
+    min_stage: int | None = None
+    """``interval`` rule: the smallest stage (examples per dataset) at which a model in this tier may stop."""
+
+    def __post_init__(self) -> None:
+        if self.first < 1 or (self.last is not None and self.last < self.first):
+            raise ValueError(f"bad rank range {self.first}..{self.last}")
+        if self.resolution < 0:
+            raise ValueError("resolution must be >= 0")
+
+    @property
+    def label(self) -> str:
+        """``"1"``, ``"2-4"`` or ``"20+"``."""
+        if self.last is None:
+            return f"{self.first}+"
+        return str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
+
+    def contains(self, rank: int) -> bool:
+        return rank >= self.first and (self.last is None or rank <= self.last)
+
+    def overlaps(self, lo: int, hi: int) -> bool:
+        return hi >= self.first and (self.last is None or lo <= self.last)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TierPlan:
+    """A validated tier plan (see the module docstring for the fields)."""
+
+    name: str
+    stop_rule: str
+    confidence_level: float
+    correction: str
+    n_resamples: int
+    stages: tuple[int | None, ...]
+    """Examples per dataset at each stage; ``None`` = all."""
+    tiers: tuple[Tier, ...]
+    estimator: str = "control-variate"
+    """How the new model's full-data mean is estimated (``control-variate`` or ``paired``)."""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.stop_rule not in STOP_RULES:
+            raise UnknownNameError("stop_rule", self.stop_rule, STOP_RULES)
+        if self.correction not in CORRECTIONS:
+            raise UnknownNameError("correction", self.correction, CORRECTIONS)
+        if self.estimator not in ESTIMATORS:
+            raise UnknownNameError("estimator", self.estimator, ESTIMATORS)
+
+    def tier_for(self, rank: int) -> Tier:
+        """The tier holding ``rank``."""
+        for tier in self.tiers:
+            if tier.contains(rank):
+                return tier
+        raise ValueError(f"rank {rank} is in no tier")
+
+    def look_confidence(self, look: int) -> float:
+        """Two-sided level for look ``look`` (0-based) under the plan's correction.
+
+        Examples
+        --------
+        >>> plan = load_tier_plan("default")
+        >>> round(plan.look_confidence(0), 5)
+        0.95
+        """
+        alpha = 1.0 - self.confidence_level
+        if self.correction == "bonferroni":
+            alpha /= max(1, len(self.stages) - 1)
+        elif self.correction == "geometric":
+            alpha /= 2.0 ** (look + 1)
+        return 1.0 - alpha
+
+
+def _tiers_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "tiers"
+
+
+def resolve_tier_plan(name: str | os.PathLike[str]) -> Path:
+    """A plan file: an existing path, or ``<repo>/tiers/NAME.yaml``."""
+    direct = Path(name)
+    if direct.is_file():
+        return direct
+    candidate = _tiers_dir() / f"{name}.yaml"
+    if candidate.is_file():
+        return candidate
+    known = sorted(p.stem for p in _tiers_dir().glob("*.yaml"))
+    raise UnknownNameError("tier plan", str(name), known)
+
+
+def _stage(value: Any, path: Path, where: str) -> int | None:
+    if value == "all":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"stage must be a positive integer or 'all', got {value!r}", path=path, field=where)
+    return value
+
+
+def _tier(raw: Any, i: int, path: Path, stop_rule: str) -> Tier:
+    where = f"tiers[{i}]"
+    if not isinstance(raw, dict):
+        raise ConfigError("must be a mapping", path=path, field=where)
+    unknown = sorted(set(raw) - set(_TIER_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r}", path=path, field=where, allowed=_TIER_KEYS)
+    ranks = raw.get("ranks")
+    if not (isinstance(ranks, list) and len(ranks) == 2 and isinstance(ranks[0], int)
+            and (ranks[1] is None or isinstance(ranks[1], int))):
+        raise ConfigError("ranks must be [first, last] with last an integer or null", path=path, field=f"{where}.ranks")
+    res = raw.get("resolution")
+    if res == "maximal":
+        res = 0
+    if isinstance(res, bool) or not isinstance(res, int) or res < 1 and raw.get("resolution") != "maximal":
+        raise ConfigError(f"resolution must be 'maximal' or an integer >= 1, got {raw.get('resolution')!r}",
+                          path=path, field=f"{where}.resolution")
+    if stop_rule == "flash_helm" and "stop_stage" not in raw:
+        raise ConfigError("the flash_helm stop rule needs stop_stage on every tier", path=path, field=f"{where}.stop_stage")
+    stop = _stage(raw["stop_stage"], path, f"{where}.stop_stage") if "stop_stage" in raw else None
+    min_stage = _stage(raw["min_stage"], path, f"{where}.min_stage") if "min_stage" in raw else None
+    try:
+        return Tier(first=ranks[0], last=ranks[1], resolution=res, stop_stage=stop, min_stage=min_stage)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=path, field=f"{where}.ranks") from None
+
+
+def _check_structure(plan: TierPlan, path: Path) -> None:
+    stages = plan.stages
+    if not stages or stages[-1] is not None:
+        raise ConfigError("the last stage must be 'all'", path=path, field="stages")
+    sized = [s for s in stages[:-1]]
+    if any(s is None for s in sized) or sized != sorted(set(sized)):  # type: ignore[type-var]
+        raise ConfigError(f"stages must be strictly increasing integers, then 'all', got {list(stages)}",
+                          path=path, field="stages")
+    expected = 1
+    for i, tier in enumerate(plan.tiers):
+        if tier.first != expected:
+            raise ConfigError(f"tiers must be contiguous from rank 1; tier {i} starts at {tier.first}, expected {expected}",
+                              path=path, field=f"tiers[{i}].ranks")
+        if tier.last is None and i != len(plan.tiers) - 1:
+            raise ConfigError("only the last tier can be open-ended", path=path, field=f"tiers[{i}].ranks")
+        expected = (tier.last or 0) + 1
+        if tier.min_stage is not None and tier.min_stage not in stages:
+            raise ConfigError(f"min_stage {tier.min_stage} is not a stage", path=path, field=f"tiers[{i}].min_stage",
+                              allowed=[("all" if s is None else s) for s in stages])
+        if tier.stop_stage is not None and tier.stop_stage not in stages:
+            raise ConfigError(f"stop_stage {tier.stop_stage} is not a stage", path=path, field=f"tiers[{i}].stop_stage",
+                              allowed=[("all" if s is None else s) for s in stages])
+    if not plan.tiers or plan.tiers[-1].last is not None:
+        raise ConfigError("the last tier must be open-ended (ranks: [k, null])", path=path, field="tiers")
+
+
+def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
+    """Load and validate a tier plan by path or name; :class:`ConfigError` names file, field and value."""
+    path = resolve_tier_plan(name)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"not valid YAML ({getattr(exc, 'problem', exc)})", path=path,
+                          line=None if mark is None else mark.line + 1) from None
+    if not isinstance(raw, dict):
+        raise ConfigError("a tier plan must be a mapping", path=path)
+    unknown = sorted(set(raw) - set(_PLAN_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r}", path=path, field=unknown[0], allowed=_PLAN_KEYS)
+    for key in ("name", "stop_rule", "stages", "tiers"):
+        if key not in raw:
+            raise ConfigError("missing key", path=path, field=key)
+    level = raw.get("confidence_level", 0.95)
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1:
+        raise ConfigError(f"must be in [0.5, 1), got {level!r}", path=path, field="confidence_level")
+    n_res = raw.get("n_resamples", 1000)
+    if isinstance(n_res, bool) or not isinstance(n_res, int) or n_res < 100:
+        raise ConfigError(f"must be an integer >= 100, got {n_res!r}", path=path, field="n_resamples")
+    stop_rule = str(raw["stop_rule"])
+    for key, allowed, default in (("stop_rule", STOP_RULES, None), ("correction", CORRECTIONS, "none"),
+                                  ("estimator", ESTIMATORS, "control-variate")):
+        if raw.get(key, default) not in allowed:
+            raise ConfigError(f"unknown value {raw.get(key)!r}", path=path, field=key, allowed=allowed)
+    if not isinstance(raw["stages"], list) or not isinstance(raw["tiers"], list):
+        raise ConfigError("stages and tiers must be lists", path=path, field="stages" if not isinstance(raw["stages"], list) else "tiers")
+    plan = TierPlan(
+        name=str(raw["name"]), description=str(raw.get("description", "")), stop_rule=stop_rule,
+        confidence_level=float(level), correction=str(raw.get("correction", "none")), n_resamples=n_res,
+        estimator=str(raw.get("estimator", "control-variate")),
+        stages=tuple(_stage(s, path, f"stages[{i}]") for i, s in enumerate(raw["stages"])),
+        tiers=tuple(_tier(t, i, path, stop_rule) for i, t in enumerate(raw["tiers"])),
+    )
+    _check_structure(plan, path)
+    return plan

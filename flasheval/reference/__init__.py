@@ -1,0 +1,43 @@
+"""Reference leaderboards: the per-example score matrices placement ranks a new model against.
+
+* :mod:`~flasheval.reference.leaderboard` — the data model (:class:`ReferenceLeaderboard`), the
+  one reader and writer of reference folders, and their validation;
+* :mod:`~flasheval.reference.importing`   — other formats in (a long parquet table, lm-eval ``--log_samples``);
+* :mod:`~flasheval.reference.build`       — build a reference by scoring real models on a task suite;
+* :mod:`~flasheval.reference.live`        — what a built reference pins, and the check that a live run reproduces it.
+
+The leaderboard and import APIs are re-exported here; ``build`` and ``live`` run models and are
+imported from their modules.
+"""
+
+from flasheval.reference.importing import IMPORT_FORMATS, read_lm_eval_samples, read_long_parquet
+from flasheval.reference.leaderboard import (
+    MANIFEST_FILE,
+    MISSING_POLICIES,
+    SCORES_FILE,
+    RankedModel,
+    ReferenceLeaderboard,
+    ReferenceManifest,
+    load_reference,
+    references_root,
+    repo_root,
+    resolve_reference,
+    write_reference,
+)
+
+__all__ = [
+    "IMPORT_FORMATS",
+    "MANIFEST_FILE",
+    "MISSING_POLICIES",
+    "SCORES_FILE",
+    "RankedModel",
+    "ReferenceLeaderboard",
+    "ReferenceManifest",
+    "load_reference",
+    "read_lm_eval_samples",
+    "read_long_parquet",
+    "references_root",
+    "repo_root",
+    "resolve_reference",
+    "write_reference",
+]

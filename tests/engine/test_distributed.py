@@ -1,0 +1,100 @@
+"""Data parallelism: 2 CPU processes (gloo, accelerate's debug launcher) give exactly the
+results of 1 process, gathered by id; only the main process writes the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flasheval.engine.distributed import DistributedBackend, _example_units
+from flasheval.engine.store import STORE_FILE
+from flasheval.types import LoglikelihoodRequest
+from tests.conftest import REPO_ROOT
+from tests.engine.conftest import tiny_model_and_tokenizer
+
+pytest.importorskip("torch")
+accelerate = pytest.importorskip("accelerate")
+
+
+def requests_for_test() -> list[LoglikelihoodRequest]:
+    # Uneven: 7 examples with 1-4 choices, so processes get different amounts of work.
+    out = []
+    for e in range(7):
+        for k in range(1 + e % 4):
+            out.append(
+                LoglikelihoodRequest(
+                    task_name="t" if e % 2 else "u", example_id=f"e{e}", choice_index=k, context="ctx " * (e + 1), continuation=f" choice {k}" * (k + 1)
+                )
+            )
+    return out
+
+
+def backend_for_test():
+    from flasheval.engine.hf import HFBackend
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=2)
+    return HFBackend(model, tokenizer, fingerprint="tiny-2", batch_size=4)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch(script: Path, *args: str, num_processes: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``accelerate launch --multi_gpu --num_processes N script args`` as a real subprocess.
+
+    Without a GPU, accelerate only starts several processes through its torchrun path
+    (``--multi_gpu``); ``make_state`` then picks the CPU (gloo) process group.
+    """
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(num_processes),
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(_free_port()), str(script), *args,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[:2000] + "\n...\n" + done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_exactly(tmp_path):
+    requests = requests_for_test()
+    single = backend_for_test().loglikelihood(requests)
+    launch(Path(__file__).with_name("_distributed_worker.py"), str(tmp_path))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    expected = [[r.task_name, r.example_id, r.choice_index, r.logprob_sum, r.n_tokens, r.is_greedy] for r in single]
+    for rank in ranks:
+        assert rank["world"] == 2
+        assert rank["results"] == expected  # bitwise: same batches whatever the world size
+    assert ranks[0]["n_scored"] + ranks[1]["n_scored"] == len(requests)  # each request scored once
+    assert min(rank["n_scored"] for rank in ranks) > 0  # both processes worked
+    lines = (tmp_path / STORE_FILE).read_text().splitlines()
+    assert len(lines) == len(requests)  # written once, by the main process only
+
+
+def test_example_units_never_split_an_example():
+    requests = requests_for_test()
+    units = _example_units(requests, per_unit=3)
+    assert sorted(i for unit in units for i in unit) == list(range(len(requests)))
+    for unit in units:
+        examples = {requests[i].example_id for i in unit}
+        for example_id in examples:
+            assert all(i in unit for i, r in enumerate(requests) if r.example_id == example_id)
+
+
+def test_single_process_without_launcher_matches_backend():
+    from accelerate.state import PartialState
+
+    PartialState._reset_state()
+    backend = backend_for_test()
+    requests = requests_for_test()
+    assert DistributedBackend(backend).loglikelihood(requests) == backend.loglikelihood(requests)

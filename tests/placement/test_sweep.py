@@ -1,0 +1,199 @@
+"""Sweeps: budget, racing priorities, shared examples, resume after a crash, bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flasheval import cli
+from flasheval.errors import InputError
+from flasheval.placement.controller import Budget
+from flasheval.placement.replay import ReplayScorer
+from flasheval.placement.simulation import synthetic_reference
+from flasheval.placement.sweep import sweep
+from flasheval.placement.sweep_store import ResultsStore, StoredScorer
+from flasheval.placement.tiers import load_tier_plan
+from flasheval.records import read_record
+
+
+@pytest.fixture(scope="module")
+def world():
+    ref = synthetic_reference(40, [300, 400, 500], rng=1, ability_spread=1.5)
+    order = [r.model_id for r in ref.ranking()]
+    held = order[0:40:5]  # 8 checkpoints spread over the ranking
+    pool = ref
+    for m in held:
+        pool = pool.without(m)
+    return ref, pool, held
+
+
+class _Recording(ReplayScorer):
+    """A replay scorer that can crash after a number of calls (a killed process)."""
+
+    calls = 0
+    crash_after: int | None = None
+
+    def score(self, task_name, example_ids):
+        type(self).calls += 1
+        if self.crash_after is not None and type(self).calls > self.crash_after:
+            raise KeyboardInterrupt
+        return super().score(task_name, example_ids)
+
+
+def _scorers(ref, held, store=None):
+    scorers = {m: _Recording(ref, m) for m in held}
+    return scorers if store is None else {m: StoredScorer(s, store, m) for m, s in scorers.items()}
+
+
+def test_sweep_stays_within_budget_and_spends_it_on_the_top(world):
+    ref, pool, held = world
+    plan = load_tier_plan("default")
+    result = sweep(pool, _scorers(ref, held), plan, budget=Budget(max_examples=3000), seed=0)
+    assert result.n_examples <= 3000
+    by_rank = sorted((c for c in result.checkpoints), key=lambda c: c.rank)
+    assert all(c.n_examples >= 60 for c in by_rank)  # everyone got the first stage
+    # the bottom tier stops early; the top checkpoints get the most examples
+    assert by_rank[0].n_examples > by_rank[-1].n_examples == 60
+    assert any(c.status == "clearly low" for c in result.checkpoints)
+    assert {c.status for c in result.checkpoints} <= {"resolved", "clearly low", "unresolved at budget"}
+
+
+def test_checkpoints_share_the_same_nested_examples(world):
+    ref, pool, held = world
+    scorers = _scorers(ref, held[:3])
+    sweep(pool, scorers, load_tier_plan("default"), budget=Budget(max_examples=20000), seed=3)
+    for d in pool.dataset_names:
+        seqs = [[e for t, ids in s.requests if t == d for e in ids] for s in scorers.values()]
+        shortest = min(len(s) for s in seqs)
+        assert all(s[:shortest] == seqs[0][:shortest] for s in seqs)
+        assert all(len(set(s)) == len(s) for s in seqs)  # never asked twice
+
+
+def test_full_budget_order_among_checkpoints_is_the_true_order(world):
+    ref, pool, held = world
+    plan = load_tier_plan("default")
+    result = sweep(pool, _scorers(ref, held), plan, budget=Budget(max_examples=10**6), seed=0, low_rank=10**6)
+    truth = [r.model_id for r in ref.ranking() if r.model_id in held]
+    assert [o.model_id for o in result.order] == truth
+    assert result.order[0].interval[0] == 1
+
+
+def test_a_sweep_killed_mid_round_resumes_and_loses_nothing(world, tmp_path):
+    ref, pool, held = world
+    plan = load_tier_plan("default")
+    budget = Budget(max_examples=4000)
+    clean = sweep(pool, _scorers(ref, held), plan, budget=budget, seed=2)
+    _Recording.calls, _Recording.crash_after = 0, 17  # dies in the middle of a round
+    store = ResultsStore(tmp_path / "scores.jsonl")
+    crashing = _scorers(ref, held, store)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(pool, crashing, plan, budget=budget, seed=2)
+    kept = len(ResultsStore(tmp_path / "scores.jsonl"))
+    assert kept > 0
+    _Recording.crash_after = None
+    resumed_scorers = _scorers(ref, held, ResultsStore(tmp_path / "scores.jsonl"))
+    resumed = sweep(pool, resumed_scorers, plan, budget=budget, seed=2)
+    assert resumed.n_computed == clean.n_examples - kept
+    as_json = lambda r: {k: v for k, v in r.to_json().items() if k != "n_computed"}  # noqa: E731
+    assert as_json(resumed) == as_json(clean)
+    asked = [(m, t, e) for m, s in {**crashing, **resumed_scorers}.items() for t, ids in s.inner.requests for e in ids]
+    first_run = [(m, t, e) for m, s in crashing.items() for t, ids in s.inner.requests for e in ids]
+    second_run = [(m, t, e) for m, s in resumed_scorers.items() for t, ids in s.inner.requests for e in ids]
+    assert not set(first_run) & set(second_run) and len(asked) >= len(second_run)
+
+
+def test_a_budget_smaller_than_one_stage_is_refused(world):
+    ref, pool, held = world
+    with pytest.raises(InputError, match="smaller than one stage for every checkpoint"):
+        sweep(pool, _scorers(ref, held), load_tier_plan("default"), budget=Budget(max_examples=100))
+
+
+@pytest.mark.slow
+def test_sweep_command_backtests_ten_held_out_models_on_helm_lite(tmp_path, capsys):
+    argv = ["sweep", "--backtest", "10", "--budget-examples", "15000", "--output", str(tmp_path)]
+    assert cli.main(argv) == 0
+    first = capsys.readouterr().out
+    payload = read_record(tmp_path / "sweep.json").payload
+    assert len(payload["checkpoints"]) == 10 and payload["compute"]["n_examples"] <= 15000
+    assert payload["compute"]["saving"] > 3 and payload["backtest"]["covered"] >= 0.8
+    assert len(payload["order"]) == 10 and "full-data" in first
+    assert cli.main(argv) == 0  # the rerun is served from the store
+    assert "0 computed now" in capsys.readouterr().out
+    assert read_record(tmp_path / "sweep.json").payload["checkpoints"] == payload["checkpoints"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--models", "replay:no/such-model"], "unknown model in reference 'helm_lite' 'no/such-model'"),
+    (["--models", "hf:gpt2"], "was not built by 'flasheval reference build'"),  # live spec, replay reference
+    (["--models", "replay:meta/llama-65b", "--datasets", "helm_lite/boolq"], "unknown dataset in reference"),
+    (["--models", "replay:meta/llama-65b", "--budget-examples", "50"], "smaller than one stage"),
+    (["--models", "replay:meta/llama-65b", "--budget-tokens", "50"], "records no token counts"),
+])
+def test_bad_sweep_input_is_one_line(argv, message, tmp_path, capsys):
+    base = ["sweep", "--budget-examples", "5000", "--output", str(tmp_path)]
+    assert cli.main(base + argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("saved, message", [
+    ({"store_format": 1, "reference": "helm_lite", "seed": 99}, "holds a sweep with other settings"),
+    ({"store_format": 0, "reference": "helm_lite"}, "run folder from an incompatible flasheval (sweep store format 0"),
+])
+def test_a_run_folder_of_another_sweep_or_version_is_refused(saved, message, tmp_path, capsys):
+    (tmp_path / "sweep-config.json").write_text(json.dumps(saved))
+    argv = ["sweep", "--models", "replay:meta/llama-65b", "--budget-examples", "5000", "--output", str(tmp_path)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+_KILLED_RUN = """
+import sys, time
+from flasheval.placement.replay import ReplayScorer
+from flasheval.placement.controller import Budget
+from flasheval.placement.simulation import synthetic_reference
+from flasheval.placement.sweep import sweep
+from flasheval.placement.sweep_store import ResultsStore, StoredScorer
+from flasheval.placement.tiers import load_tier_plan
+
+class Slow(ReplayScorer):
+    def score(self, task_name, example_ids):
+        time.sleep(0.05)
+        return super().score(task_name, example_ids)
+
+ref = synthetic_reference(40, [300, 400, 500], rng=1, ability_spread=1.5)
+held = [r.model_id for r in ref.ranking()][0:40:5]
+pool = ref
+for m in held:
+    pool = pool.without(m)
+store = ResultsStore(sys.argv[1])
+sweep(pool, {m: StoredScorer(Slow(ref, m), store, m) for m in held}, load_tier_plan("default"),
+      budget=Budget(max_examples=4000), seed=2)
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_by_sigkill_resumes_and_loses_nothing(world, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    ref, pool, held = world
+    plan, budget = load_tier_plan("default"), Budget(max_examples=4000)
+    clean = sweep(pool, _scorers(ref, held), plan, budget=budget, seed=2)
+    store_path = tmp_path / "scores.jsonl"
+    repo_root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, str(store_path)], cwd=repo_root)
+    deadline = time.monotonic() + 30
+    while (not store_path.exists() or store_path.read_text().count("\n") < 500) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = len(ResultsStore(store_path))
+    assert 0 < kept < clean.n_examples  # killed mid-sweep, after some batches
+    _Recording.crash_after = None
+    resumed = sweep(pool, _scorers(ref, held, ResultsStore(store_path)), plan, budget=budget, seed=2)
+    assert resumed.n_computed == clean.n_examples - kept
+    assert resumed.to_json()["checkpoints"] == clean.to_json()["checkpoints"]

@@ -1,0 +1,68 @@
+import pytest
+
+from flasheval.cli import main
+from flasheval.errors import ConfigError, UnknownNameError
+from flasheval.placement.tiers import load_tier_plan
+
+GOOD = """name: t
+stop_rule: interval
+confidence_level: 0.9
+correction: bonferroni
+stages: [10, 30, all]
+tiers:
+  - {ranks: [1, 1], resolution: maximal}
+  - {ranks: [2, null], resolution: 2}
+"""
+
+
+def _plan(tmp_path, text):
+    path = tmp_path / "plan.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_plans_encode_the_paper_and_ours():
+    fh = load_tier_plan("flash_helm")
+    assert fh.stop_rule == "flash_helm" and fh.stages == (20, 50, 200, 1000, None)
+    assert [(t.label, t.resolution, t.stop_stage) for t in fh.tiers] == [
+        ("1", 0, None), ("2-4", 1, 1000), ("5-9", 2, 200), ("10-19", 3, 50), ("20+", 4, 20)]
+    ours = load_tier_plan("default")
+    assert ours.stop_rule == "interval" and ours.stages[-1] is None and ours.estimator == "control-variate"
+    assert [t.resolution for t in ours.tiers] == [0, 1, 2, 3, 4]
+    assert ours.tier_for(1).label == "1" and ours.tier_for(57).label == "20+"
+
+
+def test_look_confidence_spends_alpha_across_looks(tmp_path):
+    plan = load_tier_plan(_plan(tmp_path, GOOD))
+    assert plan.look_confidence(0) == pytest.approx(1 - 0.1 / 2)  # two looks can err, the last cannot
+    geo = load_tier_plan(_plan(tmp_path, GOOD.replace("bonferroni", "geometric")))
+    assert [round(geo.look_confidence(j), 4) for j in range(3)] == [0.95, 0.975, 0.9875]
+
+
+@pytest.mark.parametrize("change, message", [
+    (("stop_rule: interval", "stop_rule: vibes"), "field 'stop_rule': unknown value 'vibes' (allowed: interval, flash_helm)"),
+    (("stages: [10, 30, all]", "stages: [30, 10, all]"), "stages must be strictly increasing"),
+    (("stages: [10, 30, all]", "stages: [10, 30]"), "the last stage must be 'all'"),
+    (("[2, null], resolution: 2", "[3, null], resolution: 2"), "tier 1 starts at 3, expected 2"),
+    (("resolution: 2", "resolution: 0"), "resolution must be 'maximal' or an integer >= 1"),
+    (("name: t", "name: t\ncolour: red"), "field 'colour': unknown key 'colour'"),
+    (("stop_rule: interval", "stop_rule: flash_helm"), "needs stop_stage on every tier"),
+    (("confidence_level: 0.9", "confidence_level: 95"), "field 'confidence_level': must be in [0.5, 1)"),
+    (("resolution: maximal}", "resolution: maximal, min_stage: 20}"), "field 'tiers[0].min_stage': min_stage 20 is not a stage"),
+])
+def test_bad_plans_are_refused_with_the_field(tmp_path, change, message):
+    with pytest.raises(ConfigError) as err:
+        load_tier_plan(_plan(tmp_path, GOOD.replace(*change)))
+    assert message in str(err.value) and "plan.yaml" in str(err.value)
+
+
+def test_unknown_plan_name_lists_shipped_plans():
+    with pytest.raises(UnknownNameError, match="allowed: default, flash_helm, lean"):
+        load_tier_plan("nope")
+
+
+def test_tiers_validate_cli(tmp_path, capsys):
+    assert main(["tiers", "validate", "flash_helm"]) == 0
+    assert "ranks 10-19  resolution +-3, stops at 50" in capsys.readouterr().out
+    assert main(["tiers", "validate", str(_plan(tmp_path, GOOD.replace("all]", "40]")))]) == 1
+    assert "the last stage must be 'all'" in capsys.readouterr().err
