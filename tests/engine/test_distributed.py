@@ -67,8 +67,17 @@ def launch(script: Path, *args: str, num_processes: int = 2, timeout: int = 300)
 
 @pytest.mark.slow
 def test_two_processes_equal_one_exactly(tmp_path):
+    import torch
+
     requests = requests_for_test()
-    single = backend_for_test().loglikelihood(requests)
+    # The launched processes run with OMP_NUM_THREADS=1; the reference run must use the same CPU
+    # kernels, since a matmul split over another number of threads may round differently.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single = backend_for_test().loglikelihood(requests)
+    finally:
+        torch.set_num_threads(threads)
     launch(Path(__file__).with_name("_distributed_worker.py"), str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     expected = [[r.task_name, r.example_id, r.choice_index, r.logprob_sum, r.n_tokens, r.is_greedy] for r in single]
