@@ -48,6 +48,7 @@ __all__ = ["register", "run", "run_live", "format_result"]
 
 _SPECS = ("replay:MODEL_ID", "[NAME=]gguf:FILE", "[NAME=]hf:PATH_OR_ID")
 
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("sweep", help="place many checkpoints at once under one budget (resumable)")
     group = parser.add_mutually_exclusive_group(required=True)

@@ -47,6 +47,7 @@ RECORD_FILE = "sweep.json"
 MODELS_DIR = "models"
 """Folder of the run folder that holds one request store per live checkpoint."""
 
+
 def spread_models(reference: ReferenceLeaderboard, n: int) -> list[str]:
     """``n`` reference models spread evenly over the full-data ranking (best and worst included).
 
@@ -153,7 +154,6 @@ def build_payload(result: SweepResult, full: ReferenceLeaderboard, pool: Referen
     return payload
 
 
-
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class LiveCheckpoint:
     """A live checkpoint opened for a sweep: its model behind its own request store."""
@@ -177,17 +177,19 @@ def open_live_checkpoints(models: tuple[NamedModel, ...], out: Path, setup: Live
                           batch_size: int) -> tuple[LiveCheckpoint, ...]:
     """Load every checkpoint once, each behind its own request store; on a failure close those opened."""
     opened: list[LiveCheckpoint] = []
+    stores: list[ResultStore] = []
     try:
         for model in models:
             start = time.perf_counter()
             cached, request_store, backend = open_cached_backend(
                 model, out / MODELS_DIR / slug(model.model_id), dtype=setup.dtype, device=device, batch_size=batch_size)
+            stores.append(request_store)
             live = LiveScorer(cached, setup.tasks, seed=setup.seed, prefix_space=setup.settings.prefix_space,
                               n_parameters=n_parameters(backend))
             opened.append(LiveCheckpoint(model=model, cached=cached, store=request_store, live=live,
                                          load_seconds=time.perf_counter() - start))
     except BaseException:
-        for checkpoint in opened:
-            checkpoint.store.close()
+        for request_store in stores:
+            request_store.close()
         raise
     return tuple(opened)

@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 BUILD_LOG_FILE = "build.json"
 """The build's run record (settings, seconds, every scored example), written in the work folder."""
 
+
 def select_example_ids(task: LiveTask, *, seed: int, n_examples: int | None) -> tuple[str, ...]:
     """The first ``n_examples`` ids of the task's seeded order (all when ``None``)."""
     return nested_prefix(example_order(task.example_ids, seed=seed, task_name=task.name), n_examples)

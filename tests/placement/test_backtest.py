@@ -94,7 +94,6 @@ def test_helm_lite_backtest_meets_the_issue_targets():
     assert fixed.share_within < ours.share_within
 
 
-
 @pytest.mark.slow
 def test_lean_plan_beats_the_flash_helm_schedule_at_equal_within_resolution_share():
     ref = load_reference("helm_lite")
