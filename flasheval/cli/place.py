@@ -17,6 +17,7 @@ import os
 import time
 from pathlib import Path
 
+from flasheval.cli._options import add_live_options
 from flasheval.engine import check_model_files, n_parameters, open_cached_backend, parse_named_models
 from flasheval.errors import InputError
 from flasheval.placement.backtest import full_data_ranks
@@ -50,10 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-flops", type=float)
     parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate")
     parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/)")
-    parser.add_argument("--task-dir", help="live: task files (default: the folder the reference was built from)")
-    parser.add_argument("--dtype", help="live: default and only accepted value: the reference's")
-    parser.add_argument("--device", default="auto", help="live: auto, cpu, cuda, cuda:N (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=32, help="live: continuations per forward pass")
+    add_live_options(parser)
     parser.set_defaults(func=run)
 
 

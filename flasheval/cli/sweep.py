@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from flasheval.cli._options import add_live_options
 from flasheval.engine import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
 from flasheval.placement.controller import Budget
@@ -70,10 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
     parser.add_argument("--output", help="run folder (default: runs/sweep-<reference>/)")
-    parser.add_argument("--task-dir", help="live: task files (default: the folder the reference was built from)")
-    parser.add_argument("--dtype", help="live: default and only accepted value: the reference's")
-    parser.add_argument("--device", default="auto", help="live: auto, cpu, cuda, cuda:N (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=32, help="live: continuations per forward pass")
+    add_live_options(parser)
     parser.set_defaults(func=run)
 
 
