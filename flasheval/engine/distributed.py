@@ -42,7 +42,8 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["DistributedBackend", "request_id", "make_state", "TIMEOUT_ENV", "DEFAULT_TIMEOUT_S", "from_main",
+__all__ = ["DistributedBackend", "request_id", "make_state", "launch_state", "TIMEOUT_ENV", "DEFAULT_TIMEOUT_S",
+           "from_main",
            "main_decides", "open_shared_store", "cached_runner", "shutdown"]
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,15 @@ def make_state() -> Any:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return PartialState(cpu=use_cpu, timeout=timedelta(seconds=_timeout_s()))
     return PartialState(cpu=use_cpu)
+
+
+def launch_state() -> Any:
+    """The process state under a launch of several processes (``WORLD_SIZE > 1``), else ``None``.
+
+    Commands that also run without a launcher take this, so one process neither starts a
+    process group nor shows the per-call progress bars of the data-parallel runner.
+    """
+    return make_state() if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
 
 
 @contextmanager

@@ -6,12 +6,11 @@ backend (:mod:`flasheval.engine.hf`) is imported only when a model is opened.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from flasheval.engine.base import Backend
-from flasheval.engine.distributed import cached_runner, make_state
+from flasheval.engine.distributed import cached_runner, launch_state
 from flasheval.engine.specs import ModelSpec, NamedModel
 from flasheval.engine.store import CachedBackend, ResultStore
 from flasheval.errors import InputError
@@ -43,8 +42,7 @@ def open_cached_backend(model: NamedModel, store_dir: Path, *, dtype: str, devic
     when omitted it is made here under a launch of several processes. Returns the cached
     backend, its store (close it when done) and the loaded backend.
     """
-    if state is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        state = make_state()
+    state = launch_state() if state is None else state
     backend = open_backend(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length)
     if state is None:
         store = ResultStore(store_dir, fingerprint=backend.fingerprint)
