@@ -70,15 +70,20 @@ def test_processes_with_different_store_folders_plan_from_the_main_process(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["hang", "exit"])
+@pytest.mark.parametrize("how", ["hang", "exit", "raise"])
 def test_a_process_that_stops_ends_the_job_in_one_line_and_finished_work_stays(tmp_path, how):
+    """``hang``/``exit``: the main process notices (timeout, closed connection) and says so in one
+    line; ``raise``: the failing process reports its own error and the launcher ends the others."""
     requests = requests_for_test()
     done = launch(WORKER, str(tmp_path), "--fail", f"1:2:{how}", timeout=240, check=False,
                   env={"FLASHEVAL_COLLECTIVE_TIMEOUT": "20"})
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("flasheval: error: ")]
-    assert len(errors) == 1, done.stderr[-3000:]
-    assert "process 0 of 2 lost the other processes" in errors[0] and "rerun the same command" in errors[0]
+    if how == "raise":
+        assert "the test's backend failed on purpose" in done.stderr
+    else:
+        assert len(errors) == 1, done.stderr[-3000:]
+        assert "process 0 of 2 lost the other processes" in errors[0] and "rerun the same command" in errors[0]
     backend = backend_for_test()
     with ResultStore(tmp_path, fingerprint=backend.fingerprint, writer=False) as store:
         n_stored = len(store)
