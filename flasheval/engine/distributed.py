@@ -43,8 +43,7 @@ from flasheval.types import (
 )
 
 __all__ = ["DistributedBackend", "request_id", "make_state", "launch_state", "TIMEOUT_ENV", "DEFAULT_TIMEOUT_S",
-           "from_main",
-           "main_decides", "open_shared_store", "cached_runner", "shutdown"]
+           "from_main", "main_decides", "open_shared_store", "cached_runner", "shutdown"]
 
 logger = logging.getLogger(__name__)
 
