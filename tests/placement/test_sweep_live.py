@@ -108,6 +108,8 @@ def test_live_sweep_refusals(tiny_models, built, tmp_path, capsys):
     assert "built with seed 7" in capsys.readouterr().err
     assert _sweep(tiny_models, built, tmp_path / "s", "--dtype", "bfloat16") == 1
     assert "built in float32" in capsys.readouterr().err
+    assert _sweep(tiny_models, built, tmp_path / "s", "--max-loaded", "0") == 1
+    assert "field '--max-loaded': must be >= 1, got 0" in capsys.readouterr().err
     assert main(["sweep", "--models", "replay:m0", f"hf:{tiny_models['m2']}", "--reference", str(built),
                  "--budget-examples", "60"]) == 1
     assert "replay:MODEL_ID specs or live specs, not both" in capsys.readouterr().err
