@@ -15,7 +15,7 @@ from typing import Any
 
 from flasheval.engine import evaluate as evaluation
 from flasheval.engine import open_backend, parse_model_spec
-from flasheval.engine.distributed import make_state
+from flasheval.engine.distributed import make_state, shutdown
 from flasheval.errors import InputError
 from flasheval.placement.replay import replay_records
 from flasheval.records import write_record
@@ -74,15 +74,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _write_outputs(args, selections, per_task, flat, results, counts, backend, state) if state.is_main_process else 0
     finally:
-        _shutdown(state)
-
-
-def _shutdown(state: Any) -> None:
-    """Wait for every process, then tear the process group down (an implicit teardown at
-    interpreter exit can abort a gloo/NCCL process and fail the launch)."""
-    if state.num_processes > 1:
-        state.wait_for_everyone()
-        state.destroy_process_group()
+        shutdown(state)
 
 
 def _write_outputs(

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from flasheval.engine import parse_named_models
+from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.errors import InputError
 from flasheval.reference import (
     IMPORT_FORMATS,
@@ -111,11 +112,19 @@ def _build(args: argparse.Namespace) -> int:
     tasks = load_live_tasks(task_names, args.task_dir)
     work = Path(args.work_dir or Path("runs") / f"reference-build-{args.name}")
     start = time.perf_counter()
+    state = launch_state()
     result = build_reference(models, tasks, suite=args.suite, seed=args.seed, n_examples=args.n_examples,
                              dtype=args.dtype, store_dir=work / "store", prefix_space=not args.no_prefix_space,
-                             device=args.device, batch_size=args.batch_size, task_dir=str(Path(args.task_dir).resolve()))
-    if int(os.environ.get("RANK", "0")) != 0:
-        return 0
+                             device=args.device, batch_size=args.batch_size, task_dir=str(Path(args.task_dir).resolve()),
+                             state=state)
+    if state is None or state.is_main_process:
+        _report_build(args, result, tasks, out, work, start)
+    shutdown(state)  # only the main process wrote; the others wait for it here
+    return 0
+
+
+def _report_build(args: argparse.Namespace, result: Any, tasks: Any, out: Path, work: Path, start: float) -> None:
+    """Write the built reference and the build log and print the ranking (main process only)."""
     log = write_built_reference(out, result, name=args.name, suite=load_suite(args.suite), tasks=tasks, work_dir=work,
                                 argv=sys.argv[1:])
     ref = load_reference(out)
@@ -126,7 +135,6 @@ def _build(args: argparse.Namespace) -> int:
         print(f"  {row.rank}. {m:<28} {ref.manifest.aggregate} {row.value:.4f}  "
               f"({result.seconds[m]:.0f} s, {result.computed[m]} requests computed)")
     print(f"  build log: {log}; results store: {work / 'store'}")
-    return 0
 
 
 def _import(args: argparse.Namespace) -> int:

@@ -9,6 +9,10 @@ build`` (checked by :func:`flasheval.reference.live.prepare_live`, as for ``plac
 takes replay or live specs, not both. The run folder (:mod:`flasheval.placement.sweep_run`)
 holds ``sweep-config.json`` (the settings), ``scores.jsonl`` (the results store) and
 ``sweep.json`` (the record); rerunning the same command after a crash resumes from the store.
+Live checkpoints are loaded when a round first asks them for examples, at most ``--max-loaded``
+at once (:class:`flasheval.placement.sweep_models.CheckpointPool`); live sweeps run data-parallel
+under ``accelerate launch -m flasheval sweep ...`` as ``evaluate`` does (only the main process
+writes the run folder).
 """
 
 from __future__ import annotations
@@ -20,25 +24,26 @@ from pathlib import Path
 
 from flasheval.cli._options import add_live_options
 from flasheval.engine import NamedModel, check_model_files, parse_named_models
+from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.errors import InputError
 from flasheval.placement.controller import Budget
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.sweep import SweepResult, sweep
+from flasheval.placement.sweep_models import CheckpointPool
 from flasheval.placement.sweep_run import (
     RECORD_FILE,
     STORE_FILE,
     STORE_FORMAT,
     build_payload,
-    check_config,
     check_token_budget,
-    open_live_checkpoints,
+    open_run_folder,
     restrict,
     run_folder,
     separate_placements,
     spread_models,
     truth_ranks,
 )
-from flasheval.placement.sweep_store import ResultsStore, StoredScorer
+from flasheval.placement.sweep_store import StoredScorer
 from flasheval.placement.tiers import TierPlan, load_tier_plan
 from flasheval.records import slug, write_record
 from flasheval.reference import MISSING_POLICIES, ReferenceLeaderboard, load_reference
@@ -55,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--models", nargs="+", metavar="SPEC",
                        help="checkpoint specs: replay:MODEL_ID, or live [NAME=]gguf:FILE / [NAME=]hf:PATH_OR_ID "
-                            "(all live models are loaded up front and held in memory together)")
+                            "(live models are loaded when a round needs them, at most --max-loaded at once)")
     group.add_argument("--models-from", metavar="FILE", help="file with one spec per line (# comments)")
     group.add_argument("--backtest", type=int, metavar="N", help="sweep N reference models spread over the ranking")
     parser.add_argument("--reference", default="helm_lite", help="reference name or folder (default: %(default)s)")
@@ -72,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
     parser.add_argument("--output", help="run folder (default: runs/sweep-<reference>/)")
     add_live_options(parser)
+    parser.add_argument("--max-loaded", type=int, default=1, metavar="N",
+                        help="live: most checkpoints held in memory at once; the least recently used is unloaded "
+                             "(finished examples are never recomputed) (default: %(default)s)")
     parser.set_defaults(func=run)
 
 
@@ -168,8 +176,7 @@ def run(args: argparse.Namespace) -> int:
     config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names), "models": model_ids, "plan": plan.name,
               "seed": args.seed, "aggregate": args.aggregate, "missing": args.missing, "low_rank": args.low_rank,
               "budget": [args.budget_examples, args.budget_tokens, args.budget_flops], "n_parameters": args.n_parameters}
-    check_config(out, config)
-    store = ResultsStore(out / STORE_FILE)
+    store = open_run_folder(out, config)
     n_params = None if args.n_parameters is None else int(args.n_parameters)
     scorers = {m: StoredScorer(ReplayScorer(full, m, n_parameters=n_params), store, m) for m in model_ids}
     print(f"sweeping {len(model_ids)} checkpoints on {full.name} ({pool.n_models} reference models, plan {plan.name}, "
@@ -202,10 +209,14 @@ def _parse_live(specs: list[str]) -> tuple[NamedModel, ...]:
 def run_live(args: argparse.Namespace, specs: list[str], budget: Budget, plan: TierPlan) -> int:
     """Sweep live checkpoints against a built reference (the arguments of ``flasheval sweep``).
 
-    Every model is loaded once, up front, and held in memory for the whole sweep; each gets its
-    own request store folder under the run folder (``models/<name>/``), and the sweep's example
-    store (``scores.jsonl``) serves finished examples on a rerun.
+    Each model is loaded when a round first asks it for examples and unloaded, least recently
+    used first, to keep at most ``--max-loaded`` in memory; each has its own request store
+    folder under the run folder (``models/<name>/``), and the sweep's example store
+    (``scores.jsonl``) serves finished examples on a rerun. Under ``accelerate launch`` every
+    process runs the same rounds; only the main process writes the run folder and prints.
     """
+    if args.max_loaded < 1:
+        raise InputError(f"must be >= 1, got {args.max_loaded}", field="--max-loaded")
     models = _parse_live(specs)
     setup = prepare_live(load_reference(args.reference, missing=args.missing), seed=args.seed, dtype=args.dtype,
                          task_dir=args.task_dir)
@@ -223,25 +234,28 @@ def run_live(args: argparse.Namespace, specs: list[str], budget: Budget, plan: T
               "dtype": setup.dtype, "aggregate": args.aggregate, "missing": args.missing, "low_rank": args.low_rank,
               "budget": [args.budget_examples, args.budget_tokens, args.budget_flops],
               "n_parameters": args.n_parameters}
-    check_config(out, config)
-    store = ResultsStore(out / STORE_FILE)
+    state = launch_state()
+    store = open_run_folder(out, config, state)
+    is_main = state is None or state.is_main_process
+    if is_main:
+        print(f"sweeping {len(models)} live checkpoints ({setup.dtype}, at most {args.max_loaded} in memory"
+              f"{', held out of the pool: ' + ', '.join(held) if held else ''}) on {full.name} ({pool.n_models} "
+              f"reference models, plan {plan.name}, budget {budget.max_examples or budget.max_tokens or budget.max_flops})"
+              f"; results store {out / STORE_FILE}" + (f" ({len(store)} scores already stored: resuming)" if len(store) else ""))
     start = time.perf_counter()
-    checkpoints = open_live_checkpoints(models, out, setup, device=args.device, batch_size=args.batch_size)
-    scorers = {c.model.model_id: StoredScorer(c.live, store, c.model.model_id) for c in checkpoints}
-    print(f"sweeping {len(models)} live checkpoints ({setup.dtype}, all loaded in {time.perf_counter() - start:.0f} s"
-          f"{', held out of the pool: ' + ', '.join(held) if held else ''}) on {full.name} ({pool.n_models} reference "
-          f"models, plan {plan.name}, budget {budget.max_examples or budget.max_tokens or budget.max_flops}); results "
-          f"store {out / STORE_FILE}" + (f" ({len(store)} scores already stored: resuming)" if len(store) else ""))
     n_params = None if args.n_parameters is None else int(args.n_parameters)
-    try:
+    with CheckpointPool(models, out, setup, device=args.device, batch_size=args.batch_size,
+                        max_loaded=args.max_loaded, state=state) as checkpoints:
+        scorers = {m: StoredScorer(live, store, m) for m, live in checkpoints.scorers.items()}
         result = sweep(pool, scorers, plan, budget=budget, seed=setup.seed, aggregate=args.aggregate,
                        low_rank=args.low_rank, n_parameters=n_params)
-    finally:
-        for checkpoint in checkpoints:
-            checkpoint.store.close()
-    print(format_result(result))
-    payload = build_payload(result, full, pool, args.aggregate)
-    payload["live"] = {"dtype": setup.dtype, "task_dir": setup.task_dir, "checkpoints": {c.model.model_id: c.to_json() for c in checkpoints}}
-    path = write_record(out / RECORD_FILE, kind="sweep", payload=payload)
-    print(f"{time.perf_counter() - start:.1f} s; record: {path}")
+    if is_main:
+        print(format_result(result))
+        payload = build_payload(result, full, pool, args.aggregate)
+        payload["live"] = {"dtype": setup.dtype, "task_dir": setup.task_dir, "max_loaded": args.max_loaded,
+                           "world_size": 1 if state is None else state.num_processes,
+                           "checkpoints": {m.model_id: checkpoints.checkpoint_json(m.model_id) for m in models}}
+        path = write_record(out / RECORD_FILE, kind="sweep", payload=payload)
+        print(f"{time.perf_counter() - start:.1f} s; record: {path}")
+    shutdown(state)  # not after a failure: the others may be stuck in another collective; the launcher ends them
     return 0

@@ -9,16 +9,28 @@ contributes ``(request id, result)`` pairs to ``gather_object`` and the pairs ar
 back to requests by id (never by position: padded or uneven gathers reorder and repeat),
 duplicates dropped. ``on_results`` then sees every finished pair on every process; a
 caching wrapper on top stores them, and only the main process's store writes.
+
+Processes need not share a filesystem: the main process's store is the one view every process
+plans from (:meth:`DistributedBackend.from_main` broadcasts what it holds, so a node whose
+own store folder is empty or different plans exactly the main process's work), and every
+result computed anywhere reaches the main process through the gather and is written there.
+A process that dies or stops answering ends the others within the collective timeout
+(:data:`TIMEOUT_ENV`) with one line (:class:`~flasheval.errors.BackendError`); every round
+gathered before is already in the main process's store, so rerunning the command resumes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
 
 from flasheval.engine.base import Backend, OnResults
-from flasheval.errors import BackendError
+from flasheval.engine.store import CachedBackend, ResultStore
+from flasheval.errors import BackendError, FlashevalError
 from flasheval.types import (
     GenerationRequest,
     GenerationResult,
@@ -30,24 +42,138 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["DistributedBackend", "request_id", "make_state"]
+__all__ = ["DistributedBackend", "request_id", "make_state", "launch_state", "TIMEOUT_ENV", "DEFAULT_TIMEOUT_S",
+           "from_main", "main_decides", "open_shared_store", "cached_runner", "shutdown"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+TIMEOUT_ENV = "FLASHEVAL_COLLECTIVE_TIMEOUT"
+"""Environment variable: seconds a process waits for the others at a collective (default
+:data:`DEFAULT_TIMEOUT_S`). Set it on every node, like accelerate's own launch settings."""
+DEFAULT_TIMEOUT_S = 1800.0
+"""Long enough for every process to load a large checkpoint between two collectives."""
+
+
+def _timeout_s() -> float:
+    text = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        value = float(text) if text else DEFAULT_TIMEOUT_S
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise FlashevalError(f"environment variable {TIMEOUT_ENV}: must be a number of seconds > 0, got {text!r}")
+    return value
 
 
 def make_state() -> Any:
     """The accelerate ``PartialState`` of this process (gloo on CPU when no GPU, or under ``--cpu``).
 
     accelerate only starts a CPU process group when asked for CPU explicitly; without a GPU
-    there is nothing else to use, so CPU is requested then.
+    there is nothing else to use, so CPU is requested then. Collectives of a launch time out
+    after ``$FLASHEVAL_COLLECTIVE_TIMEOUT`` seconds (default 1800), so a process that stops
+    answering ends the job instead of hanging it.
     """
-    import os
+    from datetime import timedelta
 
     import torch
     from accelerate import PartialState
 
     use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return PartialState(cpu=use_cpu, timeout=timedelta(seconds=_timeout_s()))
     return PartialState(cpu=use_cpu)
+
+
+def launch_state() -> Any:
+    """The process state under a launch of several processes (``WORLD_SIZE > 1``), else ``None``.
+
+    Commands that also run without a launcher take this, so one process neither starts a
+    process group nor shows the per-call progress bars of the data-parallel runner.
+    """
+    return make_state() if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+
+
+@contextmanager
+def _collective(state: Any, what: str) -> Iterator[None]:
+    """Turn a failed or timed-out collective into one line saying what happened and what is kept."""
+    try:
+        yield
+    except RuntimeError as exc:  # torch.distributed.DistBackendError and gloo/NCCL errors are RuntimeErrors
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise BackendError(
+            f"process {state.process_index} of {state.num_processes} lost the other processes during {what} "
+            f"(a process died or stopped answering within {TIMEOUT_ENV}={_timeout_s():.0f}s: {reason}); "
+            "finished results are in the main process's store: rerun the same command to resume") from None
+
+
+def from_main(state: Any, value: T, *, what: str = "a broadcast from the main process") -> T:
+    """The main process's ``value`` on every process (pickled broadcast; as is on one process)."""
+    if state is None or state.num_processes == 1:
+        return value
+    from torch.distributed import broadcast_object_list
+
+    box = [value if state.is_main_process else None]
+    with _collective(state, what):
+        broadcast_object_list(box, src=0)
+    return box[0]  # type: ignore[return-value]
+
+
+def main_decides(state: Any, decide: Callable[[], T], *, what: str) -> T:
+    """Run ``decide`` on the main process only and hand its result, or its refusal, to every process.
+
+    For what must be decided once from the main process's files (a run folder's settings, a
+    store's contents): every process then raises the same one-line error, or goes on with the
+    same value, instead of some waiting forever for one that stopped.
+    """
+    outcome: tuple[bool, Any] = (True, None)
+    if state is None or state.is_main_process:
+        try:
+            outcome = (True, decide())
+        except FlashevalError as exc:
+            if state is None or state.num_processes == 1:
+                raise
+            from_main(state, (False, str(exc)), what=what)
+            raise
+    ok, value = from_main(state, outcome, what=what)
+    if not ok:
+        raise FlashevalError(value)
+    return value
+
+
+def open_shared_store(store_dir: Path, fingerprint: str, state: Any) -> ResultStore:
+    """The results store of ``store_dir``: written by the main process, read by the others.
+
+    The main process opens (and repairs) it before any other reads its own copy (which on a
+    cluster without a shared filesystem may be empty or different: the plan comes from the
+    main process's, see :meth:`DistributedBackend.from_main`).
+    """
+    store = ResultStore(store_dir, fingerprint=fingerprint) if state is None or state.is_main_process else None
+    if state is not None and state.num_processes > 1:
+        with _collective(state, "opening the results store"):
+            state.wait_for_everyone()
+    return store if store is not None else ResultStore(store_dir, fingerprint=fingerprint, writer=False)
+
+
+def cached_runner(backend: Backend, store_dir: Path, state: Any, *,
+                  progress: bool = True) -> tuple[CachedBackend, ResultStore]:
+    """``backend`` data-parallel over the launch's processes, behind the results store of ``store_dir``.
+
+    The one way every command runs a model: ``evaluate``, ``reference build``, ``place`` and
+    ``sweep``. Close the returned store when done.
+    """
+    store = open_shared_store(store_dir, backend.fingerprint, state)
+    return CachedBackend(DistributedBackend(backend, state=state, progress=progress), store), store
+
+
+def shutdown(state: Any) -> None:
+    """Wait for every process, then tear the process group down (an implicit teardown at
+    interpreter exit can abort a gloo/NCCL process and fail the launch)."""
+    if state is not None and state.num_processes > 1:
+        with _collective(state, "the final barrier"):
+            state.wait_for_everyone()
+        state.destroy_process_group()
 
 
 def request_id(request: Request | Result) -> tuple[str, str, int]:
@@ -102,6 +228,11 @@ class DistributedBackend:
         """The wrapped backend's fingerprint."""
         return self._backend.fingerprint
 
+    def from_main(self, value: T) -> T:
+        """The main process's ``value`` on every process: a caching wrapper plans from the main
+        process's store through this, so every process deals out the same units."""
+        return from_main(self.state, value, what="planning from the main process's store")
+
     def loglikelihood(
         self, requests: Sequence[LoglikelihoodRequest], *, on_results: OnResults | None = None
     ) -> list[LoglikelihoodResult]:
@@ -147,9 +278,11 @@ class DistributedBackend:
         for start in range(0, len(units), world):
             mine = units[start + rank] if start + rank < len(units) else ()
             local = method([requests[i] for i in mine]) if mine else []
-            gathered = gather_object([(request_id(result), result) for result in local]) if world > 1 else list(
-                zip(map(request_id, local), local)
-            )
+            if world > 1:
+                with _collective(state, f"{what} scoring"):
+                    gathered = gather_object([(request_id(result), result) for result in local])
+            else:
+                gathered = list(zip(map(request_id, local), local))
             fresh = []
             for rid, result in gathered:
                 for index in where.get(tuple(rid), ()):  # type: ignore[arg-type]

@@ -268,14 +268,10 @@ def score_through_store(backend: Backend, requests: Sequence[Request], store_dir
     Returns the results and the counts the run record reports (requests from the store, computed
     now, scoring seconds).
     """
-    from flasheval.engine import CachedBackend, DistributedBackend, ResultStore
+    from flasheval.engine.distributed import cached_runner
 
-    store = ResultStore(store_dir, fingerprint=backend.fingerprint) if state.is_main_process else None
-    state.wait_for_everyone()  # the main process opens (and repairs) the store before anyone reads it
-    if store is None:
-        store = ResultStore(store_dir, fingerprint=backend.fingerprint, writer=False)
-    engine = CachedBackend(DistributedBackend(backend, state=state, progress=True), store)
-    n_stored = sum(store.get(r.key) is not None for r in requests)
+    engine, store = cached_runner(backend, store_dir, state)
+    n_stored = sum(store.get(r.key) is not None for r in requests)  # the main process's count is the one reported
     started = time.perf_counter()
     try:
         results = score_requests(engine, requests)

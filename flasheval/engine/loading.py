@@ -6,11 +6,11 @@ backend (:mod:`flasheval.engine.hf`) is imported only when a model is opened.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from flasheval.engine.base import Backend
+from flasheval.engine.distributed import cached_runner, launch_state
 from flasheval.engine.specs import ModelSpec, NamedModel
 from flasheval.engine.store import CachedBackend, ResultStore
 from flasheval.errors import InputError
@@ -34,21 +34,21 @@ def open_backend(spec: ModelSpec, **options: Any) -> Backend:
 
 
 def open_cached_backend(model: NamedModel, store_dir: Path, *, dtype: str, device: str = "auto",
-                        batch_size: int = 32, max_length: int | None = None) -> tuple[CachedBackend, ResultStore, Any]:
+                        batch_size: int = 32, max_length: int | None = None,
+                        state: Any = None) -> tuple[CachedBackend, ResultStore, Any]:
     """Load a model and wrap it in the results store (data-parallel under ``accelerate launch``).
 
-    Returns the cached backend, its store (close it when done) and the loaded backend.
+    ``state`` is the launch's process state (:func:`~flasheval.engine.distributed.make_state`);
+    when omitted it is made here under a launch of several processes. Returns the cached
+    backend, its store (close it when done) and the loaded backend.
     """
+    state = launch_state() if state is None else state
     backend = open_backend(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length)
-    runner: Any = backend
-    is_main = True
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from flasheval.engine.distributed import DistributedBackend
-
-        runner = DistributedBackend(backend, progress=True)
-        is_main = runner.state.is_main_process
-    store = ResultStore(store_dir, fingerprint=backend.fingerprint, writer=is_main)
-    return CachedBackend(runner, store), store, backend
+    if state is None:
+        store = ResultStore(store_dir, fingerprint=backend.fingerprint)
+        return CachedBackend(backend, store), store, backend
+    cached, store = cached_runner(backend, store_dir, state)
+    return cached, store, backend
 
 
 def n_parameters(backend: Any) -> int | None:

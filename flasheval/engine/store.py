@@ -177,6 +177,8 @@ def _restamp(result: Result, request: Request) -> Result:
 class CachedBackend:
     """Serve stored results and send only missing requests to ``backend``.
 
+    Under data parallelism (``backend`` a :class:`~flasheval.engine.distributed.DistributedBackend`)
+    what counts as stored is the main process's store, on every process.
     Every batch the backend finishes is written to ``store`` before the next one starts,
     so an interrupted run loses at most the batch in flight. Requests with the same key
     (identical content) are computed once.
@@ -217,11 +219,23 @@ class CachedBackend:
         """See :meth:`flasheval.engine.base.Backend.loglikelihood_rolling`."""
         return self._serve(requests, self._backend.loglikelihood_rolling, on_results)  # type: ignore[arg-type]
 
+    def _stored(self, requests: Sequence[Request]) -> dict[str, Result]:
+        """The stored answers to ``requests``, as the process that plans sees them.
+
+        A data-parallel backend (one with ``from_main``) hands every process the main process's
+        answers, so processes whose own store folders differ (no shared filesystem) still agree
+        on what is left to compute and deal out the same work.
+        """
+        found = {r.key: stored for r in requests if (stored := self._store.get(r.key)) is not None}
+        share = getattr(self._backend, "from_main", None)
+        return found if share is None else share(found)
+
     def _serve(self, requests: Sequence[Request], method: Callable[..., list[Any]], on_results: OnResults | None) -> list[Any]:
         results: list[Result | None] = [None] * len(requests)
         waiting: dict[str, list[int]] = {}
+        found = self._stored(requests)
         for index, request in enumerate(requests):
-            stored = self._store.get(request.key)
+            stored = found.get(request.key)
             if stored is not None:
                 results[index] = _restamp(stored, request)
             else:

@@ -13,31 +13,27 @@ from __future__ import annotations
 
 import json
 import math
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from flasheval.engine.loading import n_parameters, open_cached_backend
-from flasheval.engine.specs import NamedModel
-from flasheval.engine.store import CachedBackend, ResultStore
+from flasheval.engine.distributed import main_decides
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.placement.controller import Budget, place
 from flasheval.placement.replay import ReplayScorer
-from flasheval.placement.scorers import LiveScorer
 from flasheval.placement.sweep import SweepResult
+from flasheval.placement.sweep_store import ResultsStore
 from flasheval.placement.tiers import TierPlan
 from flasheval.records import atomic_write_text, slug
 from flasheval.reference.leaderboard import ReferenceLeaderboard
-from flasheval.reference.live import LiveSetup
 from flasheval.stats.dior import kendall_tau_b
 from flasheval.stats.ranking import rank_among
 
 __all__ = ["CONFIG_FILE", "STORE_FILE", "STORE_FORMAT", "RECORD_FILE", "MODELS_DIR", "spread_models", "restrict",
            "check_config", "check_token_budget", "run_folder", "truth_ranks", "separate_placements", "build_payload",
-           "LiveCheckpoint", "open_live_checkpoints"]
+           "open_run_folder"]
 
 CONFIG_FILE = "sweep-config.json"
 STORE_FILE = "scores.jsonl"
@@ -154,42 +150,20 @@ def build_payload(result: SweepResult, full: ReferenceLeaderboard, pool: Referen
     return payload
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
-class LiveCheckpoint:
-    """A live checkpoint opened for a sweep: its model behind its own request store."""
+def open_run_folder(out: Path, config: dict[str, Any], state: Any = None) -> ResultsStore:
+    """Check the run folder's settings (:func:`check_config`) and open its results store.
 
-    model: NamedModel
-    cached: CachedBackend
-    """The model behind its request store (``<run folder>/models/<name>/``)."""
-    store: ResultStore
-    """The request store (close it when the sweep ends)."""
-    live: LiveScorer
-    """The scorer the sweep asks (through a :class:`~flasheval.placement.sweep_store.StoredScorer`)."""
-    load_seconds: float
+    Under ``accelerate launch`` (``state`` of several processes) only the main process reads and
+    writes the folder: it checks the settings and loads the store, and hands the other processes
+    its verdict and the stored scores (their copies never touch a file), so every process runs
+    the same rounds even without a shared filesystem.
+    """
+    opened: list[ResultsStore] = []
 
-    def to_json(self) -> dict[str, Any]:
-        """The checkpoint's entry under ``live.checkpoints`` of the sweep record."""
-        return {"spec": self.model.text, "fingerprint": self.cached.fingerprint, "load_seconds": self.load_seconds,
-                "requests_computed": self.cached.n_computed, "asked": self.live.asked_json()}
+    def read() -> dict[tuple[str, str, str], tuple[float, int | None]]:
+        check_config(out, config)
+        opened.append(ResultsStore(out / STORE_FILE))
+        return opened[0].rows
 
-
-def open_live_checkpoints(models: tuple[NamedModel, ...], out: Path, setup: LiveSetup, *, device: str,
-                          batch_size: int) -> tuple[LiveCheckpoint, ...]:
-    """Load every checkpoint once, each behind its own request store; on a failure close those opened."""
-    opened: list[LiveCheckpoint] = []
-    stores: list[ResultStore] = []
-    try:
-        for model in models:
-            start = time.perf_counter()
-            cached, request_store, backend = open_cached_backend(
-                model, out / MODELS_DIR / slug(model.model_id), dtype=setup.dtype, device=device, batch_size=batch_size)
-            stores.append(request_store)
-            live = LiveScorer(cached, setup.tasks, seed=setup.seed, prefix_space=setup.settings.prefix_space,
-                              n_parameters=n_parameters(backend))
-            opened.append(LiveCheckpoint(model=model, cached=cached, store=request_store, live=live,
-                                         load_seconds=time.perf_counter() - start))
-    except BaseException:
-        for request_store in stores:
-            request_store.close()
-        raise
-    return tuple(opened)
+    rows = main_decides(state, read, what="reading the sweep's run folder")
+    return opened[0] if opened else ResultsStore(out / STORE_FILE, writer=False, rows=rows)

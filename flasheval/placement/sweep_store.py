@@ -36,13 +36,27 @@ class ResultsStore:
     ----------
     path
         The JSONL file (created on the first append).
+    writer
+        ``False`` for a copy held by a process that is not the main one of a launch: it never
+        reads or writes ``path`` and starts from ``rows`` (the main process's :attr:`rows`).
+    rows
+        Starting contents of a copy (``writer=False`` only).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, writer: bool = True,
+                 rows: dict[tuple[str, str, str], tuple[float, int | None]] | None = None) -> None:
+        if writer and rows is not None:
+            raise ValueError("rows are for copies (writer=False); a writer reads its file")
         self.path = Path(path)
-        self._rows: dict[tuple[str, str, str], tuple[float, int | None]] = {}
-        if self.path.exists():
+        self.writer = writer
+        self._rows: dict[tuple[str, str, str], tuple[float, int | None]] = dict(rows or {})
+        if writer and self.path.exists():
             self._load()
+
+    @property
+    def rows(self) -> dict[tuple[str, str, str], tuple[float, int | None]]:
+        """Every stored ``(model_id, task_name, example_id) -> (score, n_tokens)`` (a copy)."""
+        return dict(self._rows)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -68,14 +82,15 @@ class ResultsStore:
         return self._rows.get((model_id, task_name, example_id))
 
     def append(self, model_id: str, task_name: str, example_ids: Sequence[str], scored: ScoredExamples) -> None:
-        """Append one batch durably (one write, flush, fsync) and index it."""
+        """Append one batch durably (one write, flush, fsync; a copy only indexes it) and index it."""
         tokens = scored.n_tokens
         lines = []
         for i, example_id in enumerate(example_ids):
             n_tok = None if tokens is None else int(tokens[i])
             row = dict(zip(_FIELDS, (model_id, task_name, example_id, float(scored.scores[i]), n_tok)))
             lines.append(json.dumps(row, separators=(",", ":")))
-        append_lines(self.path, lines)
+        if self.writer:
+            append_lines(self.path, lines)
         for i, example_id in enumerate(example_ids):
             self._rows[(model_id, task_name, example_id)] = (
                 float(scored.scores[i]), None if tokens is None else int(tokens[i]))

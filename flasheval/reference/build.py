@@ -4,7 +4,10 @@ Every model is scored on the same examples (the first ``n_examples`` of each tas
 order, :func:`flasheval.stats.sampling.example_order`) with the same prompts (:mod:`flasheval.tasks`),
 through the results store: a build killed part way resumes from the last finished batch when
 run again with the same arguments, and the reference folder is written only once every model
-is scored (so a killed build never leaves a reference that loads). The manifest's ``build``
+is scored (so a killed build never leaves a reference that loads). Under ``accelerate launch``
+each model is scored data-parallel by the engine's one runner
+(:func:`flasheval.engine.distributed.cached_runner`; pass the launch's ``state``), and every
+process returns the same result. The manifest's ``build``
 dict (:class:`~flasheval.reference.live.BuildSettings`) records everything a placement must
 reproduce; a live placement refuses a reference whose settings it cannot match
 (:func:`flasheval.reference.live.prepare_live`).
@@ -19,6 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -76,15 +80,20 @@ class BuildResult:
 
 def build_reference(models: Sequence[NamedModel], tasks: Sequence[LiveTask], *, suite: str, seed: int,
                     n_examples: int | None, dtype: str, store_dir: Path, prefix_space: bool = True,
-                    device: str = "auto", batch_size: int = 32, task_dir: str = "") -> BuildResult:
-    """Score every model on every task's selected examples (through the store) and collect the results."""
+                    device: str = "auto", batch_size: int = 32, task_dir: str = "", state: Any = None) -> BuildResult:
+    """Score every model on every task's selected examples (through the store) and collect the results.
+
+    ``state`` is the launch's process state (:func:`flasheval.engine.distributed.launch_state`),
+    ``None`` for one process.
+    """
     check_model_files(models)
     example_ids = {t.name: select_example_ids(t, seed=seed, n_examples=n_examples) for t in tasks}
     rows, outcomes, seconds, computed, fingerprints = [], {}, {}, {}, {}
     for model in models:
         start = time.perf_counter()
         logger.info("loading %s (%s, %s)", model.model_id, model.text, dtype)
-        cached, store, backend = open_cached_backend(model, store_dir, dtype=dtype, device=device, batch_size=batch_size)
+        cached, store, backend = open_cached_backend(model, store_dir, dtype=dtype, device=device, batch_size=batch_size,
+                                                   state=state)
         try:
             scored = score_model(cached, tasks, example_ids, seed=seed, prefix_space=prefix_space)
         finally:

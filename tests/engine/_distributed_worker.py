@@ -1,38 +1,65 @@
-"""Worker for test_distributed: run under ``accelerate launch``; each process writes rank<N>.json."""
+"""Worker for the distributed tests: run under ``accelerate launch``; each process writes rank<N>.json.
+
+``worker.py OUT [--separate-stores] [--fail RANK:CALL:HOW]``: with ``--separate-stores`` each
+process opens its own store folder ``OUT/store<rank>`` (a cluster without a shared filesystem);
+otherwise all share ``OUT``. ``--fail`` makes process RANK's backend, on its CALL-th batch, raise
+(``raise``), vanish without an error (``exit``) or stop answering (``hang``): the test's own
+failing backend, so the library needs no failure hook.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
+import time
 
-from flasheval.engine.distributed import DistributedBackend, make_state
-from flasheval.engine.store import CachedBackend, ResultStore
+from flasheval.engine.distributed import DistributedBackend, make_state, open_shared_store
+from flasheval.engine.store import CachedBackend
+from flasheval.errors import FlashevalError
 from tests.engine.test_distributed import backend_for_test, requests_for_test
 
 
-def main(out_dir: str) -> None:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out_dir")
+    parser.add_argument("--separate-stores", action="store_true")
+    parser.add_argument("--fail", default="")
+    args = parser.parse_args(argv)
     state = make_state()
     backend = backend_for_test()
-    store = ResultStore(out_dir, fingerprint=backend.fingerprint) if state.is_main_process else None
-    state.wait_for_everyone()  # the main process opens (and repairs) the store first
-    if store is None:
-        store = ResultStore(out_dir, fingerprint=backend.fingerprint, writer=False)
+    store_dir = f"{args.out_dir}/store{state.process_index}" if args.separate_stores else args.out_dir
+    store = open_shared_store(store_dir, backend.fingerprint, state)
+    fail_rank, fail_call, how = (args.fail.split(":") + ["", "", ""])[:3] if args.fail else ("-1", "0", "")
     calls = []
     original = backend.loglikelihood
 
     def counting(requests, **kwargs):
         calls.append(len(requests))
+        if state.process_index == int(fail_rank) and len(calls) == int(fail_call):
+            if how == "raise":
+                raise RuntimeError("the test's backend failed on purpose")
+            if how == "exit":
+                os._exit(0)
+            time.sleep(600)
         return original(requests, **kwargs)
 
     backend.loglikelihood = counting
-    results = CachedBackend(DistributedBackend(backend, state=state), store).loglikelihood(requests_for_test())
-    store.close()
+    try:
+        results = CachedBackend(DistributedBackend(backend, state=state), store).loglikelihood(requests_for_test())
+    except FlashevalError as exc:  # as the CLI reports it
+        print(f"flasheval: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
     rows = [[r.task_name, r.example_id, r.choice_index, r.logprob_sum, r.n_tokens, r.is_greedy] for r in results]
-    with open(f"{out_dir}/rank{state.process_index}.json", "w") as fh:
+    with open(f"{args.out_dir}/rank{state.process_index}.json", "w") as fh:
         json.dump({"world": state.num_processes, "results": rows, "n_scored": sum(calls)}, fh)
     state.wait_for_everyone()
     state.destroy_process_group()  # an implicit teardown at exit can abort a gloo process
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    sys.exit(main(sys.argv[1:]))

@@ -48,36 +48,43 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(script: Path, *args: str, num_processes: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
+def launch(script: Path | str, *args: str, num_processes: int = 2, timeout: int = 300, check: bool = True,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``accelerate launch --multi_gpu --num_processes N script args`` as a real subprocess.
 
     Without a GPU, accelerate only starts several processes through its torchrun path
-    (``--multi_gpu``); ``make_state`` then picks the CPU (gloo) process group.
+    (``--multi_gpu``); ``make_state`` then picks the CPU (gloo) process group. ``script`` may be
+    ``-m MODULE`` (e.g. ``-m flasheval``).
     """
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(num_processes),
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(_free_port()), str(script), *args,
+        "--main_process_port", str(_free_port()), *str(script).split(" ", 1), *args,
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stderr[:2000] + "\n...\n" + done.stderr[-3000:]
+    if check:
+        assert done.returncode == 0, done.stderr[:2000] + "\n...\n" + done.stderr[-3000:]
     return done
+
+
+def one_thread(run):
+    """``run()`` with one torch thread, as the launched processes run (``OMP_NUM_THREADS=1``): a
+    matmul split over another number of threads may round differently."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run()
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.slow
 def test_two_processes_equal_one_exactly(tmp_path):
-    import torch
-
     requests = requests_for_test()
-    # The launched processes run with OMP_NUM_THREADS=1; the reference run must use the same CPU
-    # kernels, since a matmul split over another number of threads may round differently.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        single = backend_for_test().loglikelihood(requests)
-    finally:
-        torch.set_num_threads(threads)
+    single = one_thread(lambda: backend_for_test().loglikelihood(requests))
     launch(Path(__file__).with_name("_distributed_worker.py"), str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     expected = [[r.task_name, r.example_id, r.choice_index, r.logprob_sum, r.n_tokens, r.is_greedy] for r in single]
