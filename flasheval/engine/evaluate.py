@@ -83,7 +83,6 @@ __all__ = [
     "task_requests",
     "score_requests",
     "example_records",
-    "accuracies",
     "ExampleOutcome",
     "example_tokens",
     "score_outcomes",
@@ -202,11 +201,6 @@ def example_records(
         )
         scores.append(score)
     return records, scores
-
-
-def accuracies(selections: Sequence[TaskSelection], scores: dict[str, list[ExampleScore]]) -> dict[str, float]:
-    """Per-task accuracy (macro-averaged over categories where the task has them)."""
-    return {s.spec.name: task_accuracy(scores[s.spec.name], has_categories=s.spec.has_categories) for s in selections}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
