@@ -188,7 +188,7 @@ def _suite_status(s: Mapping[str, Any]) -> str:
 
 
 def evaluate_summary_blocks(p: Mapping[str, Any]) -> list[Block]:
-    """Per-task accuracies, suite aggregates (partial ones labelled) and validation losses of an ``evaluate`` record."""
+    """Per-task accuracies, suite aggregates (partial ones labelled), validation losses and compute of an ``evaluate`` record."""
     out: list[Block] = []
     tasks = p.get("tasks") or {}
     if tasks:
@@ -209,11 +209,6 @@ def evaluate_summary_blocks(p: Mapping[str, Any]) -> list[Block]:
                          rows=tuple((name, str(v["n_documents"]), str(v["n_tokens"]), str(v["n_bytes"]),
                                      f"{v['mean_nll']:.4f}", f"{v['bits_per_byte']:.4f}")
                                     for name, v in validation.items())))
-    return out
-
-
-def _evaluate(p: Mapping[str, Any], stem: str) -> list[Block]:
-    out = evaluate_summary_blocks(p)
     c = p.get("compute")
     if c:
         out.append(Paragraph(text=(
@@ -222,6 +217,11 @@ def _evaluate(p: Mapping[str, Any], stem: str) -> list[Block]:
             + (f"; held-out text {c['heldout_n_tokens']:,} tokens" if c.get("heldout_n_tokens") else "")
             + ("" if c.get("wall_seconds") is None else f"; wall time {c['wall_seconds']:.1f} s "
                f"(model load {c['load_seconds']:.1f} s, scoring {c['scoring_seconds']:.1f} s)") + ".")))
+    return out
+
+
+def _evaluate(p: Mapping[str, Any], stem: str) -> list[Block]:
+    out = evaluate_summary_blocks(p)
     rows = tuple((str(k), _fmt(v)) for k, v in p.items() if not isinstance(v, (dict, list)))
     out.append(Table(header=("field", "value"), rows=rows) if rows else Paragraph(text="(no scalar fields)"))
     return out

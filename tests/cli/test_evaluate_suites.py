@@ -116,6 +116,7 @@ def test_partial_suites_are_labelled_everywhere(suite_run, tmp_path: Path) -> No
     report = (output / "report.md").read_text(encoding="utf-8")
     assert "| PARTIAL dclm-core | centered_mean |" in report and "no data: coqa" in report
     assert "| squad_paragraphs | 4 |" in report and "| copa | 2 |" in report
+    assert "Compute: 14 examples, " in report and "Compute: 14 examples, " in printed
 
 
 @pytest.mark.slow
@@ -171,3 +172,33 @@ def test_bad_suite_or_heldout_input_is_one_line_before_any_model_loads(capsys, t
     assert "nothing to evaluate" in _error_line(capsys, [*base, "--task-dir", str(task_dir)])
     replay = ["evaluate", "--model", "replay:helm_lite/meta/llama-3-70b", "--output", str(tmp_path / "r")]
     assert "--suite and --heldout need a model" in _error_line(capsys, [*replay, "--suite", "dclm-core"])
+
+
+def test_suite_and_heldout_run_on_a_tiny_model(task_dir: Path, real_text: Path, tmp_path: Path, capsys) -> None:
+    """The whole path on a 2-layer random Llama (seconds): gadre-17 over copa + winograd + coqa (no data)."""
+    pytest.importorskip("torch")
+    from tests._tiny_models import save_tiny_models
+
+    folder = save_tiny_models(tmp_path / "models", seeds=(0,))["m0"]
+    output = tmp_path / "out"
+    assert cli.main(["evaluate", "--model", f"hf:{folder}", "--task-dir", str(task_dir), "--suite", "gadre-17",
+                     "--tasks", "copa,winograd,coqa", "--n-examples", "3", "--heldout", str(real_text),
+                     "--dtype", "float32", "--device", "cpu", "--format", "jsonl", "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    payload = read_record(output / "summary.json").payload
+    accuracy = [payload["tasks"][t]["accuracy"] for t in ("copa", "winograd")]
+    suite = payload["suites"]["gadre-17"]
+    assert suite["value"] == pytest.approx(1 - sum(accuracy) / 2, abs=1e-15) and suite["without_data"] == ["coqa"]
+    assert "PARTIAL gadre-17" in printed and "PARTIAL: 2 of 17 tasks; no data: coqa; not selected: 14" in printed
+    assert payload["metrics"]["gadre-17_partial"] == suite["value"] and payload["model_id"] == "m0"
+    loss = payload["validation"]["squad_paragraphs"]
+    assert loss["n_bytes"] == len("".join(json.loads(x)["text"] for x in real_text.read_text().splitlines()).encode())
+    assert loss["bits_per_byte"] == pytest.approx(loss["mean_nll"] * loss["n_tokens"] / math.log(2) / loss["n_bytes"])
+    assert loss["n_tokens"] == loss["n_bytes"]  # a byte-level tokenizer: one token per byte
+    from transformers import AutoModelForCausalLM
+
+    n_parameters = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(folder).parameters())
+    compute = payload["compute"]
+    assert compute["n_parameters"] == n_parameters and compute["n_examples"] == 6
+    assert compute["flops"] == 2.0 * n_parameters * compute["n_tokens"]
+    assert compute["heldout_n_tokens"] == loss["n_tokens"]
