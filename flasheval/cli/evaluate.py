@@ -100,8 +100,9 @@ def run(args: argparse.Namespace) -> int:
     selections = evaluation.select_examples(plan.task_names, args.task_dir or ".", n_examples=args.n_examples, seed=args.seed)
     heldout = evaluation.load_heldout(args.heldout)
     state = make_state()
+    load_started = time.perf_counter()
     backend = open_backend(spec, dtype=args.dtype, device=args.device, batch_size=args.batch_size, max_length=args.max_length)
-    load_seconds = time.perf_counter() - started
+    load_seconds = time.perf_counter() - load_started
     prefix_space = getattr(backend, "prefix_space", True)
     per_task = {s.spec.name: evaluation.task_requests(s, seed=args.seed, prefix_space=prefix_space) for s in selections}
     flat = evaluation.evaluation_requests(per_task, heldout)

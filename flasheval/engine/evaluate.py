@@ -14,8 +14,9 @@ Two callers, one mechanism (:func:`score_requests`, then :func:`flasheval.tasks.
 
 The selection is :func:`flasheval.stats.sampling.example_order` + :func:`~flasheval.stats.sampling.nested_prefix`,
 the same order placement uses, so ``evaluate --n-examples 50`` scores exactly the examples a
-placement stage of 50 would. I/O (the task files) happens only in :func:`select_examples`;
-everything else is pure given a backend.
+placement stage of 50 would. Input I/O happens only in :func:`plan_tasks` (which task files
+exist), :func:`select_examples` (the task files) and :func:`load_heldout` (held-out text), output
+only in :func:`write_example_records`; everything else is pure given a backend.
 """
 
 from __future__ import annotations
