@@ -26,6 +26,9 @@ def test_suite_plans_leave_out_exactly_the_tasks_without_data(task_dir: Path) ->
     gadre_46 = {"mmlu_fewshot" if t == "mmlu" else t for t in lists["gadre_46"]}
     assert set(both.task_names) | set(both.without_data) == gadre_46  # the 17 are a subset: each task once
     assert len(both.task_names) == len(set(both.task_names)) == 43
+    extended = plan_tasks(["dclm-extended", "dclm-mmlu"], None, task_dir)  # GPQA read from its zip
+    assert set(extended.without_data) == {"coqa", "bbq", "bigbench_elementary_math_qa"}
+    assert set(extended.task_names) == set(lists["dclm_extended_53"]) - set(extended.without_data)
 
 
 def test_tasks_narrow_a_suite_and_must_belong_to_it(task_dir: Path) -> None:
