@@ -106,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_error:
         picked = _pick(table.values, args.error_column, _DEFAULT_ERROR_COLUMNS)
         error_columns = () if picked is None else tuple(c.strip() for c in picked.split(",") if c.strip())
+        partial = sorted(c for c in table.values if c.endswith("_partial"))
+        if picked is None and partial:
+            logger.warning("no complete error column; partial suite aggregates %s are not fitted unless named "
+                           "with --error-column", ", ".join(partial))
     options = ScalingFitOptions(
         loss_column=loss_column, error_columns=error_columns, fit_max_compute=args.fit_max_compute,
         error_fit_max_compute=args.error_fit_max_compute, fit_column=args.fit_column,

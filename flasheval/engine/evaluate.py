@@ -3,16 +3,20 @@ scores. The one place where task -> request -> backend -> score meets.
 
 Two callers, one mechanism (:func:`score_requests`, then :func:`flasheval.tasks.score_example`):
 
-* ``flasheval evaluate``: the first N examples of each task's seeded order, turned into
-  per-example records (:class:`ExampleRecord`) and per-task accuracies;
+* ``flasheval evaluate``: the first N examples of each task's seeded order (the tasks of whole
+  suites with :func:`plan_tasks`) and any held-out text files (:func:`load_heldout`), answered
+  in one request list (:func:`evaluation_requests`) and turned back into per-example records,
+  per-task accuracies with standard errors, suite aggregates, validation losses and the compute
+  spent (:func:`evaluation_results`, :class:`Evaluation`);
 * live scoring for ``reference build``, ``place`` and ``sweep``: :func:`score_examples` builds,
   runs and scores chosen examples of a :class:`~flasheval.tasks.LiveTask` and counts the tokens
   the model ran for each (:class:`ExampleOutcome`).
 
 The selection is :func:`flasheval.stats.sampling.example_order` + :func:`~flasheval.stats.sampling.nested_prefix`,
 the same order placement uses, so ``evaluate --n-examples 50`` scores exactly the examples a
-placement stage of 50 would. I/O (the task files) happens only in :func:`select_examples`;
-everything else is pure given a backend.
+placement stage of 50 would. Input I/O happens only in :func:`plan_tasks` (which task files
+exist), :func:`select_examples` (the task files) and :func:`load_heldout` (held-out text), output
+only in :func:`write_example_records`; everything else is pure given a backend.
 """
 
 from __future__ import annotations
@@ -27,20 +31,30 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine.base import Backend, OnResults
+from flasheval.errors import InputError
 from flasheval.records import atomic_write_text
 from flasheval.stats.sampling import example_order, nested_prefix
 from flasheval.tasks import (
     Example,
     ExampleScore,
     LiveTask,
+    Suite,
+    SuiteAggregate,
     TaskSpec,
+    ValidationLoss,
     build_example_requests,
     build_task_requests,
+    heldout_requests,
     load_examples,
+    load_suite,
     prompt_digest,
+    resolve_task_file,
     score_example,
+    suite_aggregate,
     task_accuracy,
     task_spec,
+    task_standard_error,
+    validation_loss,
 )
 from flasheval.types import (
     GenerationRequest,
@@ -50,16 +64,26 @@ from flasheval.types import (
     Request,
     Result,
     RollingLoglikelihoodRequest,
+    RollingLoglikelihoodResult,
 )
 
 __all__ = [
+    "TaskPlan",
+    "plan_tasks",
+    "HeldoutFile",
+    "load_heldout",
+    "TaskSummary",
+    "Evaluation",
+    "evaluation_requests",
+    "evaluation_results",
+    "suite_summaries",
+    "evaluation_summary",
     "TaskSelection",
     "ExampleRecord",
     "select_examples",
     "task_requests",
     "score_requests",
     "example_records",
-    "accuracies",
     "ExampleOutcome",
     "example_tokens",
     "score_outcomes",
@@ -180,9 +204,202 @@ def example_records(
     return records, scores
 
 
-def accuracies(selections: Sequence[TaskSelection], scores: dict[str, list[ExampleScore]]) -> dict[str, float]:
-    """Per-task accuracy (macro-averaged over categories where the task has them)."""
-    return {s.spec.name: task_accuracy(scores[s.spec.name], has_categories=s.spec.has_categories) for s in selections}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskPlan:
+    """Which tasks an ``evaluate`` run scores, for which suites, and which suite tasks it cannot score."""
+
+    suites: tuple[Suite, ...]
+    """The suites whose aggregates the run reports (empty for a plain ``--tasks`` run)."""
+    task_names: tuple[str, ...]
+    """Tasks to score, in suite order (each once)."""
+    without_data: tuple[str, ...] = ()
+    """Selected suite tasks whose file is not in the task directory (their suites become partial)."""
+
+
+def plan_tasks(suite_names: Sequence[str], task_names: Sequence[str] | None, task_dir: str | Path) -> TaskPlan:
+    """The tasks of ``suite_names`` (every task once, suite order), narrowed to ``task_names`` if given.
+
+    Without suites, ``task_names`` is the plan as it is (a missing task file is then an error when
+    the examples are loaded). With suites, a task outside them is refused, and selected tasks whose
+    file ``task_dir`` lacks (e.g. coqa, bbq, bigbench_elementary_math_qa, for which no copy is
+    available) are left out and listed in :attr:`TaskPlan.without_data`, so the aggregates that need
+    them are computed over the rest and labelled partial.
+    """
+    suites = tuple(load_suite(name) for name in dict.fromkeys(suite_names))
+    if not suites:
+        if not task_names:
+            raise InputError("nothing to evaluate: give --tasks, --suite or --heldout", field="--tasks")
+        return TaskPlan(suites=(), task_names=tuple(task_spec(t).name for t in task_names))
+    members = tuple(dict.fromkeys(t for suite in suites for t in suite.task_names))
+    chosen = members
+    if task_names:
+        aliases = {alias: name for suite in suites for name, alias in suite.column_aliases}
+        wanted = [aliases.get(t, t) for t in task_names]
+        outside = [t for t in wanted if t not in members]
+        if outside:
+            raise InputError(f"{', '.join(outside)} not in suite(s) {', '.join(s.name for s in suites)}",
+                             field="--tasks", allowed=members)
+        chosen = tuple(t for t in members if t in wanted)
+    without = tuple(t for t in chosen if resolve_task_file(task_spec(t), task_dir) is None)
+    run = tuple(t for t in chosen if t not in without)
+    for suite in suites:
+        if not set(suite.task_names) & set(run):
+            raise InputError(f"suite {suite.name!r}: none of its tasks is selected and has a file here",
+                             path=task_dir, field="--suite")
+    return TaskPlan(suites=suites, task_names=run, without_data=without)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldoutFile:
+    """A held-out text file and its rolling log-likelihood requests (validation loss)."""
+
+    name: str
+    """The file's stem (``c4_val`` for ``c4_val.jsonl``): its key in the record and the task name of its requests."""
+    path: Path
+    requests: tuple[RollingLoglikelihoodRequest, ...]
+    """One per document (:func:`flasheval.tasks.heldout_requests`)."""
+
+
+def load_heldout(paths: Sequence[str | Path]) -> tuple[HeldoutFile, ...]:
+    """Read each held-out file (JSON lines with ``text``, or plain text); two files may not share a stem."""
+    files: list[HeldoutFile] = []
+    for path in paths:
+        name = Path(path).name.split(".")[0] or Path(path).name
+        if any(f.name == name for f in files):
+            raise InputError(f"two held-out files named {name!r}; rename one", path=path, field="--heldout")
+        files.append(HeldoutFile(name=name, path=Path(path),
+                                 requests=heldout_requests(path, task_name=f"heldout/{name}")))
+    return tuple(files)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSummary:
+    """One task's result in an ``evaluate`` run."""
+
+    task_name: str
+    n_examples: int
+    accuracy: float
+    """Mean score (macro-averaged over categories where the task has them)."""
+    standard_error: float | None
+    """:func:`flasheval.tasks.task_standard_error` of ``accuracy`` (``None`` below two examples per mean)."""
+    n_categories: int | None
+    """Categories seen (tasks with categories), else ``None``."""
+    n_tokens: int
+    """Tokens the model ran for these examples, counted as placement counts them (:func:`example_tokens`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evaluation:
+    """Everything an ``evaluate`` run computed, before it is written."""
+
+    records: tuple[ExampleRecord, ...]
+    tasks: tuple[TaskSummary, ...]
+    losses: tuple[tuple[HeldoutFile, ValidationLoss], ...]
+    """Validation loss per held-out file."""
+
+    @property
+    def n_examples(self) -> int:
+        return sum(t.n_examples for t in self.tasks)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens run for the task examples (placement's unit; held-out text not included)."""
+        return sum(t.n_tokens for t in self.tasks)
+
+
+def evaluation_requests(per_task: Mapping[str, Mapping[str, Sequence[Request]]],
+                        heldout: Sequence[HeldoutFile] = ()) -> list[Request]:
+    """Every request of a run in one list: tasks in order, examples in order, then the held-out documents."""
+    flat: list[Request] = [r for by_id in per_task.values() for requests in by_id.values() for r in requests]
+    return flat + [r for f in heldout for r in f.requests]
+
+
+def evaluation_results(selections: Sequence[TaskSelection], per_task: Mapping[str, Mapping[str, Sequence[Request]]],
+                       heldout: Sequence[HeldoutFile], results: Sequence[Result]) -> Evaluation:
+    """Group ``results`` (answering :func:`evaluation_requests`, same order) back by task and example and score them."""
+    position = 0
+
+    def take(n: int) -> tuple[Result, ...]:
+        nonlocal position
+        position += n
+        return tuple(results[position - n:position])
+
+    records: list[ExampleRecord] = []
+    tasks = []
+    for selection in selections:
+        by_id = per_task[selection.spec.name]
+        answers = {example_id: take(len(requests)) for example_id, requests in by_id.items()}
+        task_records, scores = example_records(selection, dict(by_id), answers)  # type: ignore[arg-type]
+        records.extend(task_records)
+        spec = selection.spec
+        tasks.append(TaskSummary(
+            task_name=spec.name, n_examples=len(scores),
+            accuracy=task_accuracy(scores, has_categories=spec.has_categories),
+            standard_error=task_standard_error(scores, has_categories=spec.has_categories),
+            n_categories=len({s.category for s in scores}) if spec.has_categories else None,
+            n_tokens=sum(example_tokens(by_id[i], answers[i]) for i in by_id)))
+    losses = []
+    for f in heldout:
+        answers = take(len(f.requests))
+        losses.append((f, validation_loss([r for r in answers if isinstance(r, RollingLoglikelihoodResult)])))
+    if position != len(results):
+        raise ValueError(f"{len(results)} results for {position} requests")
+    return Evaluation(records=tuple(records), tasks=tuple(tasks), losses=tuple(losses))
+
+
+def suite_summaries(suites: Sequence[Suite], tasks: Sequence[TaskSummary], *, baselines: str) -> list[SuiteAggregate]:
+    """Each suite's aggregate over the tasks scored (:func:`flasheval.tasks.suite_aggregate`).
+
+    A suite some of whose tasks were not scored gets its aggregate over the rest, with
+    ``missing`` naming the others (``partial`` is true): never presented as the full aggregate.
+    """
+    accuracies = {t.task_name: t.accuracy for t in tasks}
+    errors = {t.task_name: t.standard_error for t in tasks}
+    return [suite_aggregate(suite, accuracies, baselines=baselines, partial=True, standard_errors=errors)
+            for suite in suites]
+
+
+def _suite_json(suite: Suite, aggregate: SuiteAggregate, without_data: Sequence[str]) -> dict[str, Any]:
+    return {"aggregate": suite.aggregate, "description": suite.description, "value": aggregate.value,
+            "standard_error": aggregate.standard_error, "baselines": aggregate.baselines,
+            "n_tasks": aggregate.n_tasks, "n_suite_tasks": len(suite.task_names), "partial": aggregate.partial,
+            "missing": list(aggregate.missing), "without_data": [t for t in aggregate.missing if t in without_data]}
+
+
+def evaluation_summary(evaluation: Evaluation, plan: TaskPlan, aggregates: Sequence[SuiteAggregate], *,
+                       n_parameters: int | None) -> dict[str, Any]:
+    """The record fields of an ``evaluate`` run: ``tasks``, ``suites``, ``validation``, ``compute``, ``metrics``.
+
+    ``compute`` uses placement's units (:class:`flasheval.placement.controller.Compute`): examples,
+    tokens run (each distinct context once plus every continuation), FLOPs ``2 x n_parameters x
+    tokens``. ``metrics`` is the flat view ``flasheval scaling fit --runs`` reads: ``<suite>`` for a
+    complete suite, ``<suite>_partial`` for a partial one (never under the full name), and per
+    held-out file ``loss_<name>`` (nats per token) and ``bpb_<name>`` (bits per byte), plus ``loss``
+    and ``bits_per_byte`` when there is one file.
+    """
+    metrics: dict[str, float] = {}
+    for suite, aggregate in zip(plan.suites, aggregates):
+        metrics[f"{suite.name}_partial" if aggregate.partial else suite.name] = aggregate.value
+    validation = {}
+    for f, loss in evaluation.losses:
+        validation[f.name] = {"path": str(f.path), "n_documents": len(f.requests), "n_tokens": loss.n_tokens,
+                              "n_bytes": loss.n_bytes, "mean_nll": loss.mean_nll, "bits_per_byte": loss.bits_per_byte}
+        metrics[f"loss_{f.name}"], metrics[f"bpb_{f.name}"] = loss.mean_nll, loss.bits_per_byte
+    if len(evaluation.losses) == 1:
+        metrics["loss"], metrics["bits_per_byte"] = evaluation.losses[0][1].mean_nll, evaluation.losses[0][1].bits_per_byte
+    heldout_tokens = sum(loss.n_tokens for _, loss in evaluation.losses)
+    flops = None if n_parameters is None else 2.0 * n_parameters * evaluation.n_tokens
+    return {
+        "tasks": {t.task_name: {"n_examples": t.n_examples, "accuracy": t.accuracy, "standard_error": t.standard_error,
+                                "n_categories": t.n_categories, "n_tokens": t.n_tokens} for t in evaluation.tasks},
+        "suites": {s.name: _suite_json(s, a, plan.without_data) for s, a in zip(plan.suites, aggregates)},
+        "without_data": list(plan.without_data),
+        "validation": validation,
+        "compute": {"n_examples": evaluation.n_examples, "n_tokens": evaluation.n_tokens, "flops": flops,
+                    "n_parameters": n_parameters, "heldout_n_tokens": heldout_tokens,
+                    "heldout_flops": None if n_parameters is None else 2.0 * n_parameters * heldout_tokens},
+        "metrics": metrics,
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "render_text"]
 
 
 def _cell(text: str) -> str:
@@ -53,3 +53,24 @@ def write_figures(blocks: Sequence[Block], folder: Path) -> list[Path]:
             path.write_bytes(block.png)
             out.append(path)
     return out
+
+
+def render_text(blocks: Sequence[Block]) -> str:
+    """Plain text for a terminal: headings and paragraphs as lines, tables with aligned columns, figures omitted.
+
+    Examples
+    --------
+    >>> print(render_text([Table(header=("task", "accuracy"), rows=(("copa", "0.5000"),))]))
+    task  accuracy
+    ----  --------
+    copa  0.5000
+    """
+    parts: list[str] = []
+    for block in blocks:
+        if isinstance(block, (Heading, Paragraph)):
+            parts.append(block.text)
+        elif isinstance(block, Table):
+            widths = [max(len(cell) for cell in column) for column in zip(block.header, *block.rows)]
+            lines = [block.header, tuple("-" * w for w in widths), *block.rows]
+            parts.append("\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines))
+    return "\n\n".join(parts)

@@ -3,8 +3,9 @@
 One function per kind turns a record's payload into :mod:`~flasheval.report.blocks`. The
 payload fields read here are those written by ``place`` and ``backtest``
 (:mod:`flasheval.placement.controller`, :mod:`flasheval.placement.backtest`), ``sweep`` (:mod:`flasheval.placement.sweep`)
-and ``dior`` (:mod:`flasheval.placement.dior`). ``evaluate`` records get a table of their top-level
-values. ``scaling`` records are drawn by ``flasheval.report.scaling_figure`` when that module
+and ``dior`` (:mod:`flasheval.placement.dior`). ``evaluate`` records get their per-task accuracies,
+suite aggregates (partial ones labelled), validation losses and compute, then a table of their
+top-level values. ``scaling`` records are drawn by ``flasheval.report.scaling_figure`` when that module
 exists (it provides ``scaling_figure(payload) -> bytes | matplotlib Figure``).
 """
 
@@ -21,7 +22,7 @@ from flasheval.records import RunRecord
 from flasheval.report import figures
 from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table
 
-__all__ = ["KNOWN_KINDS", "record_blocks"]
+__all__ = ["KNOWN_KINDS", "evaluate_summary_blocks", "record_blocks"]
 
 logger = logging.getLogger(__name__)
 
@@ -177,9 +178,53 @@ def _dior(p: Mapping[str, Any], stem: str) -> list[Block]:
     return out
 
 
+def _suite_status(s: Mapping[str, Any]) -> str:
+    if not s["partial"]:
+        return f"complete ({s['n_tasks']} tasks)"
+    no_data = s.get("without_data") or []
+    others = [t for t in s["missing"] if t not in no_data]
+    return (f"PARTIAL: {s['n_tasks']} of {s['n_suite_tasks']} tasks" + (f"; no data: {', '.join(no_data)}" if no_data else "")
+            + ("" if not others else f"; not selected: {', '.join(others) if len(others) <= 3 else len(others)}"))
+
+
+def evaluate_summary_blocks(p: Mapping[str, Any]) -> list[Block]:
+    """Per-task accuracies, suite aggregates (partial ones labelled), validation losses and compute of an ``evaluate`` record."""
+    out: list[Block] = []
+    tasks = p.get("tasks") or {}
+    if tasks:
+        out.append(Table(header=("task", "examples", "accuracy", "s.e."),
+                         rows=tuple((name, str(t["n_examples"]), f"{t['accuracy']:.4f}",
+                                     "-" if t.get("standard_error") is None else f"{t['standard_error']:.4f}")
+                                    for name, t in tasks.items())))
+    suites = p.get("suites") or {}
+    if suites:
+        out.append(Table(header=("suite", "aggregate", "value", "s.e.", "baselines", "status"),
+                         rows=tuple((("PARTIAL " if s["partial"] else "") + name, s["aggregate"], f"{s['value']:.4f}",
+                                     "-" if s.get("standard_error") is None else f"{s['standard_error']:.4f}",
+                                     s["baselines"] if s["aggregate"] == "centered_mean" else "-", _suite_status(s))
+                                    for name, s in suites.items())))
+    validation = p.get("validation") or {}
+    if validation:
+        out.append(Table(header=("held-out file", "documents", "tokens", "bytes", "nats/token", "bits/byte"),
+                         rows=tuple((name, str(v["n_documents"]), str(v["n_tokens"]), str(v["n_bytes"]),
+                                     f"{v['mean_nll']:.4f}", f"{v['bits_per_byte']:.4f}")
+                                    for name, v in validation.items())))
+    c = p.get("compute")
+    if c:
+        out.append(Paragraph(text=(
+            f"Compute: {c['n_examples']} examples, {c['n_tokens']:,} tokens"
+            + ("" if c.get("flops") is None else f", {c['flops']:.3g} FLOPs (2 x {c['n_parameters']:,} parameters x tokens)")
+            + (f"; held-out text {c['heldout_n_tokens']:,} tokens" if c.get("heldout_n_tokens") else "")
+            + ("" if c.get("wall_seconds") is None else f"; wall time {c['wall_seconds']:.1f} s "
+               f"(model load {c['load_seconds']:.1f} s, scoring {c['scoring_seconds']:.1f} s)") + ".")))
+    return out
+
+
 def _evaluate(p: Mapping[str, Any], stem: str) -> list[Block]:
+    out = evaluate_summary_blocks(p)
     rows = tuple((str(k), _fmt(v)) for k, v in p.items() if not isinstance(v, (dict, list)))
-    return [Table(header=("field", "value"), rows=rows)] if rows else [Paragraph(text="(no scalar fields)")]
+    out.append(Table(header=("field", "value"), rows=rows) if rows else Paragraph(text="(no scalar fields)"))
+    return out
 
 
 def _scaling(p: Mapping[str, Any], stem: str) -> list[Block]:

@@ -7,8 +7,12 @@ boolean flags (e.g. which runs a paper fitted). Accepted files:
 - CSV (``.csv``, ``.csv.gz``) and parquet (``.parquet``): one row per run;
 - JSON: a flasheval run record (``flasheval.records``) whose payload is one run or holds ``runs``
   (a list of runs), or a plain list of runs / ``{"runs": [...]}``. Nested ``metrics``, ``aggregates``,
-  ``losses`` and ``errors`` objects of a run are merged into it, so ``evaluate`` records that carry
-  ``model_id``, ``params`` and ``tokens`` can be given as they are.
+  ``losses`` and ``errors`` objects of a run are merged into it.
+- ``flasheval evaluate`` records (``summary.json``) give one run: their ``model_id`` and the flat
+  ``metrics`` the command writes (``loss`` / ``loss_<file>`` and ``bits_per_byte`` / ``bpb_<file>``
+  from ``--heldout``, ``<suite>`` for a complete suite aggregate such as ``gadre-17``, and
+  ``<suite>_partial`` for a partial one, which a default column never picks up). Their N and D come
+  from another file (a CSV of the runs' scale), merged by model id.
 
 Several files are merged by model id (a run's scale in one file, its loss or errors in others); a
 value given twice must agree.
@@ -115,7 +119,8 @@ def _json_rows(path: Path) -> list[dict[str, Any]]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"not valid JSON ({exc})", path=path) from None
     if isinstance(data, dict) and data.get("schema") == SCHEMA:
-        data = read_record(path).payload
+        record = read_record(path)
+        data = _evaluate_run(record.payload, path) if record.kind == "evaluate" else record.payload
     if isinstance(data, dict) and "runs" in data:
         data = data["runs"]
     rows = data if isinstance(data, list) else [data]
@@ -129,6 +134,18 @@ def _json_rows(path: Path) -> list[dict[str, Any]]:
                 merged.update(row[key])
         flat.append(merged)
     return flat
+
+
+def _evaluate_run(payload: dict[str, Any], path: Path) -> dict[str, Any]:
+    """An ``evaluate`` record as one run: its model id, its flat metrics, and N, D or dataset if it has them.
+
+    Nothing else of the record enters the run (its example counts and timings are not run columns).
+    """
+    if "model_id" not in payload:
+        raise InputError("evaluate record without a model id (written by an older flasheval: rerun evaluate)",
+                         path=path, field="model_id")
+    scale = {k: v for key in ("params", "tokens", "dataset") for k in COLUMN_ALIASES[key] if (v := payload.get(k)) is not None}
+    return {"model_id": payload["model_id"], **scale, "metrics": payload.get("metrics") or {}}
 
 
 def _read_frame(path: Path) -> tuple[pd.DataFrame, int | None]:

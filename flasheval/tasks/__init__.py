@@ -52,6 +52,7 @@ from flasheval.tasks._scoring import (
     score_example,
     suite_aggregate,
     task_accuracy,
+    task_standard_error,
     validation_loss,
 )
 from flasheval.tasks._suites import (
@@ -99,6 +100,7 @@ __all__ = [
     "suite_aggregate",
     "suite_names",
     "task_accuracy",
+    "task_standard_error",
     "task_names",
     "task_prompt_digest",
     "task_spec",

@@ -1,6 +1,7 @@
 """Suite aggregates for a table of models: a CSV of per-task accuracies in, one aggregate per model out.
 
-The table has a model id column (one of ``model``, ``model_id``, ``eval_file``, ``name``,
+A ``flasheval evaluate`` record (``summary.json``) is read as a one-row table: its ``model_id``
+and the accuracy of every task it scored. Otherwise the table has a model id column (one of ``model``, ``model_id``, ``eval_file``, ``name``,
 ``model_name``) and one column of accuracies (fractions in [0, 1]) per task label or alias;
 every malformed cell is refused in one line naming the file, line and column. Aggregation is
 :func:`flasheval.tasks.suite_aggregate` per row (DCLM's centered accuracy, MMLU's mean, Gadre's
@@ -25,10 +26,29 @@ __all__ = ["read_scores", "aggregate_table"]
 _ID_COLUMNS = ("model", "model_id", "eval_file", "name", "model_name")
 
 
-def read_scores(path: Path) -> tuple[str, pd.DataFrame]:
-    """Read a score table; returns the id column's name and the table indexed by it."""
+def _record_scores(path: Path) -> tuple[str, pd.DataFrame]:
     import pandas as pd
 
+    from flasheval.records import read_record
+
+    record = read_record(path)
+    tasks = record.payload.get("tasks")
+    if record.kind != "evaluate" or not isinstance(tasks, dict) or "model_id" not in record.payload:
+        raise InputError("not an evaluate record with model_id and tasks (give a CSV or an evaluate summary.json)",
+                         path=path, field="kind")
+    row = {"model_id": str(record.payload["model_id"])}
+    for task, result in tasks.items():
+        accuracy = result.get("accuracy") if isinstance(result, dict) else None
+        row[task] = "" if accuracy is None else repr(float(accuracy))
+    return "model_id", pd.DataFrame([row], dtype=str).set_index("model_id")
+
+
+def read_scores(path: Path) -> tuple[str, pd.DataFrame]:
+    """Read a score table (CSV, or an ``evaluate`` record as one row); returns the id column's name and the table indexed by it."""
+    import pandas as pd
+
+    if path.suffix == ".json":
+        return _record_scores(path)
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
@@ -68,7 +88,10 @@ def _column(suite: Suite, task: str, table: pd.DataFrame) -> str | None:
 
 
 def aggregate_table(table: pd.DataFrame, suite: Suite, *, path: Path, baselines: str, partial: bool) -> pd.DataFrame:
-    """Per-model aggregate of ``suite``: columns ``<suite>``, ``<suite>_n_tasks``, ``<suite>_missing``."""
+    """Per-model aggregate of ``suite``: columns ``<suite>``, ``<suite>_n_tasks``, ``<suite>_missing``, ``<suite>_partial``.
+
+    ``<suite>_partial`` is true when the value covers only part of the suite (``<suite>_missing`` lists the rest).
+    """
     import pandas as pd
 
     columns = {task: _column(suite, task, table) for task in suite.task_names}
@@ -86,7 +109,8 @@ def aggregate_table(table: pd.DataFrame, suite: Suite, *, path: Path, baselines:
             missing, value, n_tasks = result.missing, result.value, result.n_tasks
         if missing:
             incomplete.append((model_id, missing))
-        rows.append({suite.name: value, f"{suite.name}_n_tasks": n_tasks, f"{suite.name}_missing": ";".join(missing)})
+        rows.append({suite.name: value, f"{suite.name}_n_tasks": n_tasks, f"{suite.name}_missing": ";".join(missing),
+                     f"{suite.name}_partial": bool(missing)})
     if incomplete and not partial:
         model_id, missing = incomplete[0]
         raise InputError(

@@ -24,6 +24,7 @@ __all__ = [
     "score_example",
     "normalize_answer",
     "task_accuracy",
+    "task_standard_error",
     "centered_accuracy",
     "SuiteAggregate",
     "suite_aggregate",
@@ -158,6 +159,32 @@ def task_accuracy(scores: Sequence[ExampleScore], *, has_categories: bool = Fals
     return float(np.mean([np.mean(by_category[c]) for c in sorted(by_category, key=str)]))
 
 
+def task_standard_error(scores: Sequence[ExampleScore], *, has_categories: bool = False) -> float | None:
+    """Standard error of :func:`task_accuracy` over the examples scored (their sampling variability).
+
+    Without categories: the standard error of a mean of 0/1 outcomes, ``sqrt(p (1 - p) / (n - 1))``
+    (the sample standard deviation over ``sqrt(n)``). With categories the accuracy is the unweighted
+    mean of ``C`` category means, so its variance is ``sum_c s_c**2 / n_c / C**2``. ``None`` when a
+    mean rests on a single example (no variance estimate).
+
+    Examples
+    --------
+    >>> s = [ExampleScore(task_name="t", example_id=str(i), category=None, correct=ok, prediction=0)
+    ...      for i, ok in enumerate([True, True, False, False])]
+    >>> round(task_standard_error(s), 6)  # sqrt(0.25 / 3)
+    0.288675
+    """
+    if not scores:
+        raise ValueError("no scores")
+    groups: dict[str | None, list[bool]] = {}
+    for score in scores:
+        groups.setdefault(score.category if has_categories else None, []).append(score.correct)
+    if any(len(g) < 2 for g in groups.values()):
+        return None
+    variance = sum(float(np.var(g, ddof=1)) / len(g) for g in groups.values()) / len(groups) ** 2
+    return math.sqrt(variance)
+
+
 def centered_accuracy(accuracy: float, baseline: float) -> float:
     """DCLM's centered accuracy ``(acc - b) / (1 - b)``; ``baseline`` as a fraction.
 
@@ -185,6 +212,9 @@ class SuiteAggregate:
     """Tasks that entered the value."""
     missing: tuple[str, ...] = ()
     """Suite tasks without a score."""
+    standard_error: float | None = None
+    """Standard error of ``value`` from the tasks' standard errors (tasks independent); ``None``
+    when not given for every task that entered the value."""
 
     @property
     def partial(self) -> bool:
@@ -193,12 +223,20 @@ class SuiteAggregate:
 
 
 def suite_aggregate(
-    suite: Suite, accuracies: Mapping[str, float], *, baselines: str = "v2", partial: bool = False
+    suite: Suite,
+    accuracies: Mapping[str, float],
+    *,
+    baselines: str = "v2",
+    partial: bool = False,
+    standard_errors: Mapping[str, float | None] | None = None,
 ) -> SuiteAggregate:
     """Aggregate per-task accuracies (fractions) over ``suite``.
 
     Tasks without a finite accuracy are *missing*: the aggregate is refused unless ``partial``
-    is true, and a partial aggregate says which tasks it lacks.
+    is true, and a partial aggregate says which tasks it lacks. Every aggregate is a weighted
+    sum of task accuracies, so with ``standard_errors`` (per task, e.g. from
+    :func:`task_standard_error`) its standard error is ``sqrt(sum w_t**2 se_t**2)`` over the
+    tasks present (tasks scored independently).
 
     Examples
     --------
@@ -220,11 +258,19 @@ def suite_aggregate(
     accs = [accuracies[t.name] for t in present]
     if suite.aggregate == "centered_mean":
         value = float(np.mean([centered_accuracy(a, t.random_baseline(baselines)) for a, t in zip(accs, present)]))
+        weights = [1 / (1 - t.random_baseline(baselines)) / len(present) for t in present]
     elif suite.aggregate == "top1_error":
         value = float(np.mean([1 - a for a in accs]))
+        weights = [1 / len(present)] * len(present)
     else:
         value = float(np.mean(accs))
-    return SuiteAggregate(suite=suite.name, value=value, baselines=baselines, n_tasks=len(present), missing=missing)
+        weights = [1 / len(present)] * len(present)
+    errors = [None if standard_errors is None else standard_errors.get(t.name) for t in present]
+    standard_error = None
+    if all(e is not None and math.isfinite(e) for e in errors):
+        standard_error = math.sqrt(math.fsum((w * e) ** 2 for w, e in zip(weights, errors)))  # type: ignore[operator]
+    return SuiteAggregate(suite=suite.name, value=value, baselines=baselines, n_tasks=len(present), missing=missing,
+                          standard_error=standard_error)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

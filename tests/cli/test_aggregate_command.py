@@ -103,7 +103,7 @@ def test_incomplete_suite_is_refused_without_partial(tmp_path: Path, capsys: pyt
     assert err.rstrip().endswith("pass --partial for aggregates over the tasks present, labelled partial")
     assert cli.main(["aggregate", "--suite", "dclm-core", "--scores", str(path), "--partial"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("model,baselines,dclm-core,dclm-core_n_tasks,dclm-core_missing\nm,v2,")
+    assert out.startswith("model,baselines,dclm-core,dclm-core_n_tasks,dclm-core_missing,dclm-core_partial\nm,v2,")
     assert ",2,hellaswag_zeroshot;jeopardy;" in out
 
 

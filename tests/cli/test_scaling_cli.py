@@ -122,3 +122,38 @@ def test_fit_that_does_not_converge_one_line(tmp_path, capsys):
     frame["loss"] = -1000.0 * np.arange(1, len(frame) + 1)  # exp(-gamma * loss) overflows: no error-law fit
     msg = _bad(tmp_path, capsys, frame, "--fit-max-compute", "2e19", "--predict", "x8", "--dataset", "x")
     assert "dataset 'x'" in msg and "did not converge" in msg
+
+
+def test_fit_reads_losses_and_errors_from_evaluate_records(tmp_path, capsys, caplog):
+    """N and D from a CSV, loss and Gadre-17 error from one ``evaluate`` record per run: the same fit as
+    the one table holding everything; a partial suite's error is not fitted unless named."""
+    from flasheval.records import write_record
+
+    table = _table(np.random.default_rng(0))
+    table = table[table["dataset"] == "x"].rename(columns={"err_avg17": "gadre-17"})
+    table.to_csv(tmp_path / "all.csv", index=False)
+    table[["model_id", "params", "tokens", "dataset"]].to_csv(tmp_path / "scale.csv", index=False)
+    records = []
+    for row in table.to_dict("records"):
+        records.append(tmp_path / f"{row['model_id']}.json")
+        write_record(records[-1], kind="evaluate", payload={
+            "model_id": row["model_id"], "n_examples": 100, "metrics": {"loss": row["loss"], "gadre-17": row["gadre-17"]}})
+    options = ["--fit-max-compute", "2.1e19", "--error-fit-max-compute", "3e20", "--predict", "x7", "x8"]
+    assert _fit(tmp_path / "all.csv", tmp_path / "a.json", *options) == 0
+    rc = cli.main(["scaling", "fit", "--runs", str(tmp_path / "scale.csv"), *map(str, records), "--n-resamples", "30",
+                   "--output", str(tmp_path / "b.json"), *options])
+    assert rc == 0, capsys.readouterr().err
+    expected, got = read_record(tmp_path / "a.json").payload, read_record(tmp_path / "b.json").payload
+    assert [(p["quantity"], p["predicted"]) for p in got["predictions"]] == [
+        (p["quantity"], p["predicted"]) for p in expected["predictions"]]
+    assert {p["quantity"] for p in got["predictions"]} == {"loss", "error"}
+    for path in records:  # the same runs, their suite now partial
+        record = read_record(path)
+        metrics = record.payload["metrics"]
+        metrics["gadre-17_partial"] = metrics.pop("gadre-17")
+        write_record(path, kind="evaluate", payload=record.payload)
+    rc = cli.main(["scaling", "fit", "--runs", str(tmp_path / "scale.csv"), *map(str, records), "--n-resamples", "30",
+                   "--output", str(tmp_path / "c.json"), *options])
+    assert rc == 0
+    assert {p["quantity"] for p in read_record(tmp_path / "c.json").payload["predictions"]} == {"loss"}
+    assert "partial suite aggregates gadre-17_partial are not fitted unless named with --error-column" in caplog.text

@@ -79,3 +79,21 @@ def test_runs_spread_over_files_are_merged_by_model_id(tmp_path):
         read_runs_files([tmp_path / "scale.csv", tmp_path / "bad.json"])
     with pytest.raises(InputError, match="agg.csv:2: field 'params': run 'b': must be a positive number, no value"):
         read_runs_files([tmp_path / "agg.csv"])
+
+
+def test_evaluate_records_give_their_model_id_and_metrics_only(tmp_path):
+    """Two ``evaluate`` records of one model (tasks in one, held-out loss in the other) merge with a scale table;
+    their counts and timings never become run columns, and a partial suite keeps its ``_partial`` name."""
+    (tmp_path / "scale.csv").write_text("model_id,params,tokens\nm,1e8,2e9\n")
+    write_record(tmp_path / "tasks.json", kind="evaluate", payload={
+        "model_id": "m", "model": "gguf:/x/m.gguf", "n_examples": 40, "seed": 1, "compute": {"n_tokens": 999},
+        "metrics": {"gadre-17": 0.61, "gadre-46_partial": 0.64}})
+    write_record(tmp_path / "loss.json", kind="evaluate", payload={
+        "model_id": "m", "model": "gguf:/x/m.gguf", "n_examples": 0, "seed": 2,
+        "metrics": {"loss_c4_val": 3.2, "bpb_c4_val": 1.1, "loss": 3.2, "bits_per_byte": 1.1}})
+    table = read_runs_files([tmp_path / "scale.csv", tmp_path / "tasks.json", tmp_path / "loss.json"])
+    assert (table.model_ids, float(table.tokens[0])) == (("m",), 2e9)
+    assert set(table.values) == {"gadre-17", "gadre-46_partial", "loss_c4_val", "bpb_c4_val", "loss", "bits_per_byte"}
+    write_record(tmp_path / "old.json", kind="evaluate", payload={"model": "gguf:/x/m.gguf", "tasks": {}})
+    with pytest.raises(InputError, match="old.json: field 'model_id': evaluate record without a model id"):
+        read_runs_files([tmp_path / "scale.csv", tmp_path / "old.json"])

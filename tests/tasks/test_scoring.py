@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from flasheval.errors import InputError
@@ -19,6 +20,7 @@ from flasheval.tasks import (
     suite_aggregate,
     task_accuracy,
     task_spec,
+    task_standard_error,
     validation_loss,
 )
 from flasheval.types import GenerationResult, LoglikelihoodResult, RollingLoglikelihoodResult
@@ -117,6 +119,58 @@ def test_task_accuracy_macro_averages_categories() -> None:
               for i, (c, ok) in enumerate(flags)]
     assert task_accuracy(scores) == pytest.approx(3 / 5)
     assert task_accuracy(scores, has_categories=True) == pytest.approx((3 / 4 + 0) / 2)
+
+
+def _scores(flags: list[tuple[str | None, bool]]) -> list[ExampleScore]:
+    return [ExampleScore(task_name="t", example_id=f"{i}", category=c, correct=ok, prediction=0)
+            for i, (c, ok) in enumerate(flags)]
+
+
+def test_task_standard_error_matches_scipy_sem() -> None:
+    from scipy import stats
+
+    rng = np.random.default_rng(5)
+    for n in (2, 7, 40):
+        correct = rng.random(n) < 0.6
+        scores = _scores([(None, bool(c)) for c in correct])
+        assert task_standard_error(scores) == pytest.approx(stats.sem(correct.astype(float)), rel=1e-12)
+    # macro-average over categories: the mean of C independent means, variance sum(sem_c^2) / C^2
+    a, b = [True, False, True, True], [False, False, True]
+    scores = _scores([("a", x) for x in a] + [("b", x) for x in b])
+    expected = math.sqrt(stats.sem(np.array(a, float)) ** 2 + stats.sem(np.array(b, float)) ** 2) / 2
+    assert task_standard_error(scores, has_categories=True) == pytest.approx(expected, rel=1e-12)
+    assert task_standard_error(_scores([("a", True), ("a", False), ("b", True)]), has_categories=True) is None
+    assert task_standard_error(_scores([(None, True)])) is None
+
+
+def test_standard_error_covers_the_true_accuracy_at_the_nominal_rate() -> None:
+    """Coverage of accuracy +- 1.96 s.e. over simulated tasks of 200 examples (p = 0.3): about 95%."""
+    rng = np.random.default_rng(11)
+    hits = 0
+    for _ in range(2000):
+        scores = _scores([(None, bool(x)) for x in rng.random(200) < 0.3])
+        acc, se = task_accuracy(scores), task_standard_error(scores)
+        hits += abs(acc - 0.3) <= 1.96 * se
+    assert 0.93 <= hits / 2000 <= 0.97
+
+
+@pytest.mark.parametrize(("suite_name", "baselines"), [("dclm-core", "v2"), ("dclm-core", "v1"), ("gadre-17", "v2"),
+                                                       ("dclm-mmlu", "v2")])
+def test_suite_standard_error_is_the_linear_propagation(suite_name: str, baselines: str) -> None:
+    """Every aggregate is linear in the task accuracies: its s.e. is sqrt(sum (d agg / d acc_t)^2 se_t^2),
+    with the derivatives taken here by finite differences of the aggregate itself."""
+    suite = load_suite(suite_name)
+    rng = np.random.default_rng(3)
+    accs = {t: float(rng.uniform(0.3, 0.7)) for t in suite.task_names if t != "coqa"}
+    ses = {t: float(rng.uniform(0.01, 0.05)) for t in accs}
+    result = suite_aggregate(suite, accs, baselines=baselines, partial=True, standard_errors=ses)
+    h = 1e-6
+    grads = {t: (suite_aggregate(suite, {**accs, t: accs[t] + h}, baselines=baselines, partial=True).value
+                 - result.value) / h for t in accs}
+    expected = math.sqrt(sum((grads[t] * ses[t]) ** 2 for t in accs))
+    assert result.standard_error == pytest.approx(expected, rel=1e-6)
+    assert suite_aggregate(suite, accs, baselines=baselines, partial=True,
+                           standard_errors={**ses, next(iter(ses)): None}).standard_error is None
 
 
 def test_centered_accuracy() -> None:
