@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from flasheval.errors import InputError
 from flasheval.placement.backtest import BacktestResult, SeedSummary, backtest, parse_seeds, summarize_seeds
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.records import write_record
@@ -62,6 +63,8 @@ def format_seeds(summaries: tuple[SeedSummary, ...]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.seed < 0:
+        raise InputError(f"must be an integer >= 0, got {args.seed}", field="--seed")
     seeds = parse_seeds(args.seeds) if args.seeds else (args.seed,)
     reference = load_reference(args.reference, missing=args.missing)
     plan, fixed = load_tier_plan(args.tiers), load_tier_plan(args.flash_helm_tiers)

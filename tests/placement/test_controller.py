@@ -128,6 +128,8 @@ def test_tokens_and_flops_are_accounted(reference, plan):
     assert c.n_tokens == 7 * c.n_examples and c.flops == 2 * 1000 * c.n_tokens
     assert c.full_tokens == pytest.approx(7 * c.full_examples)
     assert c.saving == pytest.approx(c.full_examples / c.n_examples)
+    # 7 tokens per example everywhere: the token saving is the example saving
+    assert c.token_saving == pytest.approx(c.example_saving) and result.to_json()["compute"]["token_saving"]
     capped = place(ref.without(model), ReplayScorer(ref, model, n_parameters=1000), plan, seed=0,
                    budget=Budget(max_flops=2 * 1000 * 7 * 100))
     assert capped.compute.flops <= 2 * 1000 * 7 * 100 and "FLOPs > budget" in capped.reason

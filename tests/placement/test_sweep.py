@@ -59,6 +59,10 @@ def test_sweep_stays_within_budget_and_spends_it_on_the_top(world):
     assert by_rank[0].n_examples > by_rank[-1].n_examples == 60
     assert any(c.status == "clearly low" for c in result.checkpoints)
     assert {c.status for c in result.checkpoints} <= {"resolved", "clearly low", "unresolved at budget"}
+    savings = [c.saving for c in result.checkpoints]
+    # total = ratio of sums <= mean of ratios (AM-HM); the median lies among the checkpoints' savings
+    assert result.saving <= sum(savings) / len(savings) + 1e-9 and min(savings) <= result.median_saving <= max(savings)
+    assert result.to_json()["compute"]["median_saving"] == result.median_saving
 
 
 def test_checkpoints_share_the_same_nested_examples(world):
