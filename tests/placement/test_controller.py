@@ -140,3 +140,16 @@ def test_same_seed_same_placement(reference, plan):
     runs = [place(reference.without(model), ReplayScorer(reference, model), plan, seed=s).to_json() for s in (4, 4, 9)]
     assert runs[0] == runs[1]
     assert runs[0]["stages"] != runs[2]["stages"]
+
+
+def test_placements_report_a_rank_whose_window_holds_the_interval(reference, plan):
+    """Whatever the stop, the reported rank is within its tier's resolution of every rank of the interval,
+    so if the interval covers the full-data rank the placement is within resolution."""
+    ranks = full_data_ranks(reference)
+    for model in reference.model_ids[::4]:
+        result = place(reference.without(model), ReplayScorer(reference, model), plan, seed=3)
+        lo, hi = result.interval
+        assert result.status == "resolved" and lo <= result.rank <= hi
+        assert all(abs(result.rank - x) <= result.resolution for x in range(lo, hi + 1))
+        if lo <= ranks[model] <= hi:
+            assert abs(result.rank - ranks[model]) <= result.resolution
