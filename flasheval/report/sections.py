@@ -90,9 +90,25 @@ def _place(p: Mapping[str, Any], stem: str) -> list[Block]:
     return out
 
 
+def _seed_summary(runs: list[Mapping[str, Any]]) -> list[Block]:
+    """Per method and figure: every seed's value, the mean and the minimum."""
+    rows = []
+    for i, summary in enumerate(runs[0]["summaries"]):
+        for key, label, fmt in (("share_within", "within resolution", _percent), ("coverage", "coverage", _percent),
+                                ("median_saving", "median saving", _saving), ("total_saving", "total saving", _saving)):
+            values = [run["summaries"][i][key] for run in runs]
+            rows.append((summary["method"], label, *(fmt(v) for v in values), fmt(sum(values) / len(values)),
+                         fmt(min(values))))
+    seeds = [str(run.get("seed", i)) for i, run in enumerate(runs)]
+    return [Paragraph(text=f"Leave-one-out backtest on {runs[0]['reference']} over seeds {', '.join(seeds)} "
+                           f"(plan {runs[0]['plan']}): every seed, the mean and the minimum."),
+            Table(header=("method", "figure", *(f"seed {s}" for s in seeds), "mean", "min"), rows=tuple(rows))]
+
+
 def _backtest(p: Mapping[str, Any], stem: str) -> list[Block]:
-    if "seeds" in p:  # flasheval backtest --seeds: one section per seed
-        return [block for i, one in enumerate(p["seeds"]) for block in _backtest(one, f"{stem}-seed{one.get('seed', i)}")]
+    if "seeds" in p:  # flasheval backtest --seeds: mean and minimum over the seeds, then one section per seed
+        return _seed_summary(p["seeds"]) + [block for i, one in enumerate(p["seeds"])
+                                             for block in _backtest(one, f"{stem}-seed{one.get('seed', i)}")]
     rows = tuple((s["method"], str(s["n_models"]), f"{s['share_within']:.1%}", f"{s['coverage']:.1%}",
                   _saving(s["median_saving"]), _saving(s["total_saving"]), f"{s['mean_examples']:.0f}")
                  for s in p["summaries"])
