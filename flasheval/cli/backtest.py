@@ -6,13 +6,14 @@ import argparse
 import time
 from pathlib import Path
 
-from flasheval.placement.backtest import BacktestResult, backtest
+from flasheval.errors import InputError
+from flasheval.placement.backtest import BacktestResult, SeedSummary, backtest, parse_seeds, summarize_seeds
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.records import write_record
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.ranking import AGGREGATES
 
-__all__ = ["register", "run", "format_table"]
+__all__ = ["register", "run", "format_table", "format_seeds"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--reference", default="helm_lite")
     parser.add_argument("--tiers", default="default", help="tier plan of the adaptive method (default: %(default)s)")
     parser.add_argument("--flash-helm-tiers", default="flash_helm", help="plan of the fixed schedule compared against")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="one seed (default: %(default)s)")
+    parser.add_argument("--seeds", help="several seeds, e.g. 0-4 or 0,2,7: one table per seed, then mean and min")
     parser.add_argument("--aggregate", choices=AGGREGATES)
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
     parser.add_argument("--per-model", action="store_true", help="also print one line per model")
@@ -46,17 +48,40 @@ def _per_model(result: BacktestResult) -> str:
     return "\n".join(lines)
 
 
+def format_seeds(summaries: tuple[SeedSummary, ...]) -> str:
+    """Per method: every seed's figures, then their mean and minimum."""
+    seeds = summaries[0].seeds
+    lines = [f"over seeds {', '.join(map(str, seeds))}:",
+             f"{'method':<11} {'figure':<14} " + " ".join(f"{'seed ' + str(s):>8}" for s in seeds) + f" {'mean':>8} {'min':>8}"]
+    for s in summaries:
+        for field, label, fmt in (("share_within", "within res.", "{:.1%}"), ("coverage", "coverage", "{:.1%}"),
+                                  ("median_saving", "median saving", "{:.1f}x"),
+                                  ("total_saving", "total saving", "{:.1f}x")):
+            values = [fmt.format(v) for v in getattr(s, field)] + [fmt.format(s.mean(field)), fmt.format(s.min(field))]
+            lines.append(f"{s.method:<11} {label:<14} " + " ".join(f"{v:>8}" for v in values))
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.seed < 0:
+        raise InputError(f"must be an integer >= 0, got {args.seed}", field="--seed")
+    seeds = parse_seeds(args.seeds) if args.seeds else (args.seed,)
     reference = load_reference(args.reference, missing=args.missing)
     plan, fixed = load_tier_plan(args.tiers), load_tier_plan(args.flash_helm_tiers)
-    start = time.perf_counter()
-    result = backtest(reference, plan, fixed, seed=args.seed, aggregate=args.aggregate)
-    seconds = time.perf_counter() - start
-    if args.per_model:
-        print(_per_model(result))
-    print(f"backtest on {reference.name}: {reference.n_models} models left out in turn; plan {plan.name} "
-          f"({plan.confidence_level:.0%} intervals, correction {plan.correction}), seed {args.seed}; {seconds:.0f} s")
-    print(format_table(result))
+    results = []
+    for seed in seeds:
+        start = time.perf_counter()
+        result = backtest(reference, plan, fixed, seed=seed, aggregate=args.aggregate)
+        seconds = time.perf_counter() - start
+        results.append(result)
+        if args.per_model:
+            print(_per_model(result))
+        print(f"backtest on {reference.name}: {reference.n_models} models left out in turn; plan {plan.name} "
+              f"({plan.confidence_level:.0%} intervals, correction {plan.correction}), seed {seed}; {seconds:.0f} s")
+        print(format_table(result), flush=True)
+    if len(results) > 1:
+        print(format_seeds(summarize_seeds(results)))
     out = Path(args.output or Path("runs") / f"backtest-{reference.name}.json")
-    print(f"record: {write_record(out, kind='backtest', payload=result.to_json())}")
+    payload = results[0].to_json() if len(results) == 1 else {"seeds": [r.to_json() for r in results]}
+    print(f"record: {write_record(out, kind='backtest', payload=payload)}")
     return 0

@@ -30,7 +30,7 @@ from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.reference.live import prepare_live
 from flasheval.stats.ranking import AGGREGATES
 
-__all__ = ["register", "run", "run_live", "DEFAULT_REPLAY_MODEL", "format_summary"]
+__all__ = ["register", "run", "run_live", "DEFAULT_REPLAY_MODEL", "format_summary", "check_numbers"]
 
 DEFAULT_REPLAY_MODEL = "meta/llama-3-70b"
 """Model placed by ``flasheval place`` with no arguments (held out of ``helm_lite``)."""
@@ -46,10 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, help="default: 0 (replay), the reference's build seed (live)")
     parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
-    parser.add_argument("--max-examples", type=int)
-    parser.add_argument("--max-tokens", type=int)
-    parser.add_argument("--max-flops", type=float)
-    parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate")
+    parser.add_argument("--max-examples", type=int, help="budget: examples scored in total (> 0)")
+    parser.add_argument("--max-tokens", type=int, help="budget: tokens processed in total (> 0)")
+    parser.add_argument("--max-flops", type=float, help="budget: estimated FLOPs (> 0)")
+    parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate (> 0)")
     parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/)")
     add_live_options(parser)
     parser.set_defaults(func=run)
@@ -64,14 +64,28 @@ def format_summary(result: PlacementResult) -> str:
         f"  status: {result.status} ({result.reason})",
         f"  rank {result.rank} of {result.n_models + 1}, {result.confidence_level:.0%} interval "
         f"[{result.interval[0]}, {result.interval[1]}], tier {result.tier} ({res})",
-        f"  examples: {c.n_examples} of {c.full_examples} ({c.saving:.1f}x saving)"
-        + ("" if c.n_tokens is None else f"; tokens {c.n_tokens}")
+        f"  examples: {c.n_examples} of {c.full_examples} ({c.example_saving:.1f}x saving)"
+        + ("" if c.n_tokens is None else f"; tokens {c.n_tokens}"
+           + ("" if c.token_saving is None else f" ({c.token_saving:.1f}x saving)"))
         + ("" if c.flops is None else f"; ~{c.flops:.3g} FLOPs"),
     ]
     return "\n".join(lines)
 
 
+def check_numbers(args: argparse.Namespace) -> None:
+    """Refuse, in one line naming the option, a budget or size that is not a positive finite number."""
+    import math
+
+    for option in ("max_examples", "max_tokens", "max_flops", "n_parameters", "batch_size"):
+        value = getattr(args, option, None)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise InputError(f"must be a positive number, got {value}", field="--" + option.replace("_", "-"))
+    if args.seed is not None and args.seed < 0:
+        raise InputError(f"must be an integer >= 0, got {args.seed}", field="--seed")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_numbers(args)
     kind, _, model_id = args.model.partition(":")
     if kind != "replay":
         return run_live(args)

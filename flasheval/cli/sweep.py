@@ -138,7 +138,8 @@ def format_result(result: SweepResult) -> str:
         lines.append(f"{c.model_id:<40} {c.rank or '-':>4} {str(list(c.interval)):>10} {c.tier or '-':>5} {c.status:<20} "
                      f"{c.n_examples:>8} {c.saving:>6.1f}x" + (f" {truth.get(c.model_id, '-'):>9}" if truth else ""))
     lines.append(f"total: {result.n_examples} examples of {result.full_examples} for full runs of all "
-                 f"{len(result.checkpoints)} ({result.saving:.1f}x saving), {result.n_rounds} rounds"
+                 f"{len(result.checkpoints)} (total saving {result.saving:.1f}x, median {result.median_saving:.1f}x), "
+                 f"{result.n_rounds} rounds"
                  + (f"; {result.n_computed} computed now, the rest from the store" if result.n_computed < result.n_examples else ""))
     if result.order:
         lines.append("order among the checkpoints: " + ", ".join(

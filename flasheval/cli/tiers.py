@@ -26,4 +26,9 @@ def run(args: argparse.Namespace) -> int:
         res = "maximal" if tier.resolution == 0 else f"+-{tier.resolution}"
         stop = "" if plan.stop_rule != "flash_helm" else f", stops at {'all' if tier.stop_stage is None else tier.stop_stage}"
         print(f"  ranks {tier.label:<6} resolution {res}{stop}")
+    if plan.pool_scale is not None:
+        print(f"  written for a pool of {plan.pool_scale} ranks; larger pools scale every tier's last rank and "
+              f"resolution by n / {plan.pool_scale} (200 ranks: "
+              + ", ".join(f"{t.label} {'maximal' if t.resolution == 0 else f'+-{t.resolution}'}"
+                          for t in plan.for_pool(200).tiers) + ")")
     return 0

@@ -35,7 +35,8 @@ from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.ranking import rank_among
 from flasheval.stats.sampling import example_order
 
-__all__ = ["METHODS", "BacktestRow", "MethodSummary", "BacktestResult", "backtest", "full_data_ranks", "uniform_allocation"]
+__all__ = ["METHODS", "BacktestRow", "MethodSummary", "BacktestResult", "SeedSummary", "backtest", "full_data_ranks",
+           "parse_seeds", "summarize_seeds", "uniform_allocation"]
 
 METHODS: tuple[str, ...] = ("adaptive", "flash_helm", "uniform")
 
@@ -70,8 +71,26 @@ class MethodSummary:
     median_saving: float
     mean_saving: float
     total_saving: float
-    """Examples of full runs of every model divided by the examples spent in total."""
+    """Examples of full runs of every model divided by the examples spent in total (ratio of sums)."""
     mean_examples: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeedSummary:
+    """One method's figures over several seeds: each seed's value, their mean and their minimum."""
+
+    method: str
+    seeds: tuple[int, ...]
+    share_within: tuple[float, ...]
+    coverage: tuple[float, ...]
+    median_saving: tuple[float, ...]
+    total_saving: tuple[float, ...]
+
+    def mean(self, field: str) -> float:
+        return float(np.mean(getattr(self, field)))
+
+    def min(self, field: str) -> float:
+        return float(np.min(getattr(self, field)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +191,7 @@ def backtest(
 ) -> BacktestResult:
     """Leave-one-out placement of every reference model under the three methods (module docstring)."""
     full = full_data_ranks(reference, aggregate)
+    plan = plan.for_pool(reference.n_models)  # each pool: the other n_models - 1, plus the held-out model
     rows: dict[str, list[BacktestRow]] = {m: [] for m in METHODS}
     for model_id in reference.model_ids:
         pool = reference.without(model_id)
@@ -185,3 +205,38 @@ def backtest(
     frozen = {m: tuple(r) for m, r in rows.items()}
     return BacktestResult(reference=reference.name, plan=plan.name, seed=seed, confidence_level=plan.confidence_level,
                           rows=frozen, summaries=tuple(_summary(m, frozen[m], sum(sizes)) for m in METHODS))
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``"0-4"`` or ``"0,2,7"`` (or a mix, ``"0-2,9"``) as a tuple of distinct seeds in the given order.
+
+    Examples
+    --------
+    >>> parse_seeds("0-4"), parse_seeds("3,1"), parse_seeds("0-1,5")
+    ((0, 1, 2, 3, 4), (3, 1), (0, 1, 5))
+    """
+    from flasheval.errors import InputError
+
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            span = range(int(first), int(last) + 1) if dash else range(int(first), int(first) + 1)
+        except ValueError:
+            raise InputError(f"bad seed list {text!r}: use e.g. 0-4 or 0,2,7", field="--seeds") from None
+        if not span or span.start < 0:
+            raise InputError(f"bad seed list {text!r}: seeds are integers >= 0, ranges increasing", field="--seeds")
+        seeds.extend(s for s in span if s not in seeds)
+    return tuple(seeds)
+
+
+def summarize_seeds(results: list[BacktestResult]) -> tuple[SeedSummary, ...]:
+    """Per method, every seed's within share, coverage, median and total saving (for mean and min)."""
+    out = []
+    for i, method in enumerate(METHODS):
+        per = [r.summaries[i] for r in results]
+        out.append(SeedSummary(method=method, seeds=tuple(r.seed for r in results),
+                               share_within=tuple(s.share_within for s in per), coverage=tuple(s.coverage for s in per),
+                               median_saving=tuple(s.median_saving for s in per),
+                               total_saving=tuple(s.total_saving for s in per)))
+    return tuple(out)

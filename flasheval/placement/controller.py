@@ -25,7 +25,7 @@ from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.bootstrap import RankDistribution, rank_distribution
 from flasheval.stats.sampling import example_order
 
-__all__ = ["Budget", "Decision", "StageRecord", "Compute", "PlacementResult", "decide", "place", "stage_rank", "stage_targets",
+__all__ = ["Budget", "Decision", "StageRecord", "Compute", "PlacementResult", "decide", "window_rank", "place", "stage_rank", "stage_targets",
            "STATUSES"]
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,9 @@ class Decision:
     stop: bool
     reason: str
     """Why, in words (printed in the stage's log line)."""
+    rank: int | None = None
+    """The placement to report when it differs from the point rank (``window`` rule: a rank
+    consistent with the interval); ``None`` = the point rank."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +84,7 @@ class StageRecord:
     n_examples: tuple[int, ...]
     """Examples scored so far per dataset (capped at the dataset's size)."""
     rank: int
+    """The placement: the point rank, or at a ``window`` stop the rank consistent with the interval."""
     mid_rank: float
     interval: tuple[int, int]
     confidence_level: float
@@ -117,9 +121,17 @@ class Compute:
     @property
     def saving(self) -> float:
         """Full-run examples (tokens, when known) divided by those spent."""
-        if self.n_tokens and self.full_tokens:
-            return self.full_tokens / self.n_tokens
+        return self.token_saving or self.example_saving
+
+    @property
+    def example_saving(self) -> float:
+        """Full-run examples divided by the examples spent."""
         return self.full_examples / max(self.n_examples, 1)
+
+    @property
+    def token_saving(self) -> float | None:
+        """Full-run tokens divided by the tokens spent (``None`` unless the scorer reports tokens)."""
+        return self.full_tokens / self.n_tokens if self.n_tokens and self.full_tokens else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,31 +162,69 @@ class PlacementResult:
 
         out = asdict(self)
         out["compute"]["saving"] = self.compute.saving
+        out["compute"]["example_saving"] = self.compute.example_saving
+        out["compute"]["token_saving"] = self.compute.token_saving
         return out
 
 
-def decide(*, plan: TierPlan, stage_size: int | None, rank: int, interval: tuple[int, int], is_last: bool) -> Decision:
+def window_rank(plan: TierPlan, interval: tuple[int, int], mid_rank: float) -> int | None:
+    """A rank ``r`` whose tier's window ``[r - k_r, r + k_r]`` holds ``interval``, nearest ``mid_rank``.
+
+    ``None`` when no rank of the interval has a window that wide (the ``window`` rule escalates),
+    and when the interval reaches into a ``maximal`` tier without being a single rank (a first
+    place is claimed only by the interval ``[1, 1]``). Ties in distance go to the better rank.
+
+    Examples
+    --------
+    >>> from flasheval.placement.tiers import load_tier_plan
+    >>> plan = load_tier_plan("flash_helm")  # tiers of the paper: 1 | 2-4 +-1 | 5-9 +-2 | 10-19 +-3 | 20+ +-4
+    >>> window_rank(plan, (9, 14), 10.0)  # width 5 fits 11 +-3 (a centred rule would escalate)
+    11
+    >>> window_rank(plan, (3, 8), 4.0) is None  # width 5 fits no window of tiers 2-4 or 5-9
+    True
+    >>> window_rank(plan, (1, 2), 1.5) is None  # 2 +-1 would hold it, but it reaches the maximal tier
+    True
+    """
+    lo, hi = interval
+    if lo != hi and any(t.resolution == 0 and t.overlaps(lo, hi) for t in plan.tiers):
+        return None
+    best: int | None = None
+    for r in range(lo, hi + 1):
+        k = plan.tier_for(r).resolution
+        if r - k <= lo and hi <= r + k and (best is None or abs(r - mid_rank) < abs(best - mid_rank)):
+            best = r
+    return best
+
+
+def decide(*, plan: TierPlan, stage_size: int | None, rank: int, interval: tuple[int, int], is_last: bool,
+           mid_rank: float | None = None) -> Decision:
     """Stop or escalate after a stage (pure).
 
     Parameters
     ----------
     plan
-        The tier plan (stop rule, tiers).
+        The tier plan (stop rule, tiers), already scaled to the pool (:meth:`TierPlan.for_pool`).
     stage_size
         Examples per dataset of this stage (``None`` = all).
     rank, interval
         Point rank and the look's interval.
     is_last
         Whether every example of every dataset is now scored.
+    mid_rank
+        The point mid-rank (``window`` rule: the reported rank is the admissible one nearest it;
+        default ``rank``).
 
     Examples
     --------
     >>> from flasheval.placement.tiers import load_tier_plan
-    >>> plan = load_tier_plan("default")
+    >>> plan = load_tier_plan("lean")
     >>> decide(plan=plan, stage_size=50, rank=30, interval=(27, 33), is_last=False).stop
     True
     >>> decide(plan=plan, stage_size=50, rank=6, interval=(3, 8), is_last=False).reason
-    'interval [3, 8] not within 6+-2 (tier 5-9)'
+    "interval [3, 8] fits no tier's window"
+    >>> d = decide(plan=plan, stage_size=50, rank=10, interval=(9, 14), is_last=False)
+    >>> d.stop, d.rank
+    (True, 11)
     """
     if is_last:
         return Decision(stop=True, reason="every example scored: this is the full-data rank")
@@ -185,6 +235,15 @@ def decide(*, plan: TierPlan, stage_size: int | None, rank: int, interval: tuple
         target = "all" if tier.stop_stage is None else tier.stop_stage
         return Decision(stop=False, reason=f"tier {tier.label} needs {target}/dataset (Flash-HELM schedule)")
     lo, hi = interval
+    if plan.stop_rule == "window":
+        r = window_rank(plan, interval, rank if mid_rank is None else mid_rank)
+        if r is None:
+            return Decision(stop=False, reason=f"interval [{lo}, {hi}] fits no tier's window")
+        chosen = plan.tier_for(r)
+        if chosen.min_stage is not None and stage_size is not None and stage_size < chosen.min_stage:
+            return Decision(stop=False, reason=f"tier {chosen.label} may stop from {chosen.min_stage}/dataset on (min_stage)")
+        return Decision(stop=True, rank=r,
+                        reason=f"interval [{lo}, {hi}] within {r}+-{chosen.resolution} (tier {chosen.label})")
     k = tier.resolution
     if tier.min_stage is not None and stage_size is not None and stage_size < tier.min_stage:
         return Decision(stop=False, reason=f"tier {tier.label} may stop from {tier.min_stage}/dataset on (min_stage)")
@@ -322,6 +381,7 @@ def place(
         Aggregate over datasets (default: the reference's).
     """
     budget = budget or Budget()
+    plan = plan.for_pool(reference.n_models + 1)
     sizes = [len(ids) for ids in reference.example_ids]
     orders, positions = _nested_orders(reference, seed)
     gathered = [_Scored() for _ in sizes]
@@ -345,10 +405,12 @@ def place(
                           n_resamples=plan.n_resamples, confidence_level=level,
                           rng=derive_seed(seed, "bootstrap", look), estimator=plan.estimator)
         is_last = all(g.n == n for g, n in zip(gathered, sizes))
-        decision = decide(plan=plan, stage_size=stage_size, rank=dist.rank, interval=dist.interval, is_last=is_last)
-        tier = plan.tier_for(dist.rank)
+        decision = decide(plan=plan, stage_size=stage_size, rank=dist.rank, interval=dist.interval, is_last=is_last,
+                          mid_rank=dist.mid_rank)
+        rank = dist.rank if decision.rank is None else decision.rank
+        tier = plan.tier_for(rank)
         records.append(StageRecord(
-            stage=k, stage_size=stage_size, n_examples=tuple(g.n for g in gathered), rank=dist.rank,
+            stage=k, stage_size=stage_size, n_examples=tuple(g.n for g in gathered), rank=rank,
             mid_rank=dist.mid_rank, interval=dist.interval, confidence_level=level, tier=tier.label,
             resolution=tier.resolution, decision="stop" if decision.stop else "escalate", reason=decision.reason))
         logger.info(records[-1].log_line(len(plan.stages)))

@@ -15,12 +15,15 @@ import pandas as pd
 
 from flasheval.reference import ReferenceLeaderboard, ReferenceManifest
 
-__all__ = ["synthetic_scores", "synthetic_reference", "simulate_coverage"]
+__all__ = ["synthetic_scores", "synthetic_reference", "simulate_coverage", "SYNTHETIC_POOLS"]
 
 
 def synthetic_scores(n_models: int, sizes: Sequence[int], *, rng: int | np.random.Generator | None = None,
-                     ability_spread: float = 1.0) -> list[np.ndarray]:
+                     ability_spread: float = 1.0, dataset_spread: float = 0.5) -> list[np.ndarray]:
     """Per dataset, 0/1 scores ``(n_models, n_examples)`` from a 2PL model.
+
+    ``dataset_spread`` is the standard deviation of the datasets' mean difficulty (heterogeneous
+    datasets: some nearly solved, some nearly impossible, when it is large).
 
     Examples
     --------
@@ -32,7 +35,7 @@ def synthetic_scores(n_models: int, sizes: Sequence[int], *, rng: int | np.rando
     ability = gen.normal(0.0, ability_spread, size=n_models)
     out = []
     for n in sizes:
-        shift = gen.normal(0.0, 0.5)  # datasets differ in overall difficulty
+        shift = gen.normal(0.0, dataset_spread)  # datasets differ in overall difficulty
         difficulty = gen.normal(shift, 1.5, size=n)
         discrimination = gen.lognormal(0.0, 0.4, size=n)
         p = 1.0 / (1.0 + np.exp(-discrimination * (ability[:, None] - difficulty[None, :])))
@@ -41,10 +44,10 @@ def synthetic_scores(n_models: int, sizes: Sequence[int], *, rng: int | np.rando
 
 
 def synthetic_reference(n_models: int, sizes: Sequence[int], *, rng: int | np.random.Generator | None = None,
-                        ability_spread: float = 1.0,
+                        ability_spread: float = 1.0, dataset_spread: float = 0.5,
                         name: str = "synthetic") -> ReferenceLeaderboard:
     """An in-memory :class:`ReferenceLeaderboard` of synthetic 0/1 scores (models ``m000``...)."""
-    scores = synthetic_scores(n_models, sizes, rng=rng, ability_spread=ability_spread)
+    scores = synthetic_scores(n_models, sizes, rng=rng, ability_spread=ability_spread, dataset_spread=dataset_spread)
     names = tuple(f"d{d}" for d in range(len(sizes)))
     manifest = ReferenceManifest(name=name, source="synthetic 2PL", licence="n/a", metric="0/1", higher_is_better=True,
                                  aggregate="mean", example_counts={d: n for d, n in zip(names, sizes)}, files={})
@@ -55,8 +58,24 @@ def synthetic_reference(n_models: int, sizes: Sequence[int], *, rng: int | np.ra
     )
 
 
+SYNTHETIC_POOLS: dict[str, dict] = {
+    "10 models x 2 datasets": {"n_models": 10, "sizes": (400, 1000), "ability_spread": 1.0, "dataset_spread": 1.0},
+    "40 models x 4 datasets": {"n_models": 40, "sizes": (300, 600, 300, 1000), "ability_spread": 0.5,
+                               "dataset_spread": 0.5},
+    "70 models x 6 datasets": {"n_models": 70, "sizes": (500, 1000, 800, 2000, 600, 700), "ability_spread": 1.0,
+                               "dataset_spread": 1.0},
+    "200 models x 4 datasets (dense)": {"n_models": 200, "sizes": (1000, 1000, 700, 663), "ability_spread": 0.5,
+                                        "dataset_spread": 0.5},
+    "300 models x 30 datasets": {"n_models": 300, "sizes": tuple(range(200, 801, 20))[:30], "ability_spread": 1.0,
+                                 "dataset_spread": 1.5},
+}
+"""The synthetic pools the shipped plans' knobs were chosen on (and whose coverage is reported):
+sizes 10 to 300 models, 2 to 30 datasets, heterogeneous dataset difficulty. The 200-model pool
+is dense (abilities close together), as a large real pool of similar models is."""
+
+
 def simulate_coverage(plan, *, n_repetitions: int, n_models: int = 30, sizes: Sequence[int] = (400, 600, 800, 1000),
-                      ability_spread: float = 1.0,
+                      ability_spread: float = 1.0, dataset_spread: float = 0.5,
                       rng: int | np.random.Generator | None = None) -> pd.DataFrame:
     """Coverage of the whole stop-when-confident procedure on fresh synthetic pools.
 
@@ -69,7 +88,7 @@ def simulate_coverage(plan, *, n_repetitions: int, n_models: int = 30, sizes: Se
     -------
     pandas.DataFrame
         One row per repetition: ``full_rank``, ``rank``, ``lo``, ``hi``, ``covered``,
-        ``within``, ``n_examples``, ``stopped_at_all``.
+        ``within``, ``n_examples``, ``saving`` (full-run examples / examples used), ``stopped_at_all``.
     """
     from flasheval.placement.backtest import full_data_ranks
     from flasheval.placement.controller import place
@@ -78,14 +97,15 @@ def simulate_coverage(plan, *, n_repetitions: int, n_models: int = 30, sizes: Se
     gen = np.random.default_rng(rng)
     rows = []
     for rep in range(n_repetitions):
-        ref = synthetic_reference(n_models, sizes, rng=gen, ability_spread=ability_spread)
+        ref = synthetic_reference(n_models, sizes, rng=gen, ability_spread=ability_spread, dataset_spread=dataset_spread)
         held_out = ref.model_ids[int(gen.integers(n_models))]
         full = full_data_ranks(ref)[held_out]
         result = place(ref.without(held_out), ReplayScorer(ref, held_out), plan, model_id=held_out,
                        seed=int(gen.integers(2**31)))
         lo, hi = result.interval
-        tier = plan.tier_for(result.rank)
+        tier = plan.for_pool(n_models).tier_for(result.rank)
         rows.append({"full_rank": full, "rank": result.rank, "lo": lo, "hi": hi, "covered": lo <= full <= hi,
                      "within": abs(result.rank - full) <= tier.resolution, "n_examples": result.compute.n_examples,
+                     "saving": result.compute.example_saving,
                      "stopped_at_all": result.stages[-1].stage_size is None})
     return pd.DataFrame(rows)

@@ -123,7 +123,13 @@ class SweepResult:
 
     @property
     def saving(self) -> float:
+        """Total saving: examples of full runs of every checkpoint / examples spent (ratio of sums)."""
         return self.full_examples / max(self.n_examples, 1)
+
+    @property
+    def median_saving(self) -> float:
+        """Median over checkpoints of each one's saving."""
+        return float(np.median([c.saving for c in self.checkpoints])) if self.checkpoints else 1.0
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in ("reference", "plan", "seed", "aggregate", "budget", "n_models", "low_rank",
@@ -131,7 +137,8 @@ class SweepResult:
         out["tier_boundaries"] = list(self.tier_boundaries)
         out["checkpoints"] = [asdict(c) for c in self.checkpoints]
         out["order"] = [asdict(o) for o in self.order]
-        out["compute"] = {"n_examples": self.n_examples, "full_examples": self.full_examples, "saving": self.saving}
+        out["compute"] = {"n_examples": self.n_examples, "full_examples": self.full_examples, "saving": self.saving,
+                          "median_saving": self.median_saving}
         return out
 
 
@@ -149,6 +156,8 @@ class _Checkpoint:
         self.reason = ""
         self.looks: list[SweepStage] = []
         self.dist = None
+        self.placed: int | None = None
+        """Rank reported after the last look (the ``window`` rule may report a rank other than the point rank)."""
 
     def add(self, d: int, scores: np.ndarray, tokens: np.ndarray | None) -> None:
         self.scores[d].append(scores)
@@ -223,7 +232,9 @@ def _look(c: _Checkpoint, reference: ReferenceLeaderboard, plan: TierPlan, posit
     c.looks.append(SweepStage(round=round_, stage_size=stage_size, n_examples=sum(c.n), rank=dist.rank,
                               interval=dist.interval, confidence_level=level))
     is_last = all(n == size for n, size in zip(c.n, (len(e) for e in reference.example_ids)))
-    decision = decide(plan=plan, stage_size=stage_size, rank=dist.rank, interval=dist.interval, is_last=is_last)
+    decision = decide(plan=plan, stage_size=stage_size, rank=dist.rank, interval=dist.interval, is_last=is_last,
+                      mid_rank=dist.mid_rank)
+    c.placed = dist.rank if decision.rank is None else decision.rank
     if decision.stop:
         c.status, c.reason = "resolved", decision.reason
     elif dist.interval[0] >= low_rank:
@@ -313,11 +324,11 @@ def checkpoint_order(
 
 def _result(c: _Checkpoint, plan: TierPlan, sizes: list[int], n_parameters: int | None, n_total: int) -> CheckpointResult:
     dist = c.dist
-    tier = None if dist is None else plan.tier_for(dist.rank)
+    tier = None if c.placed is None else plan.tier_for(c.placed)
     used = sum(c.n)
     n_tokens = c.n_tokens if used else None
     return CheckpointResult(
-        model_id=c.model_id, status=c.status, reason=c.reason, rank=None if dist is None else dist.rank,
+        model_id=c.model_id, status=c.status, reason=c.reason, rank=c.placed,
         interval=(1, n_total) if dist is None else dist.interval, tier=None if tier is None else tier.label,
         resolution=None if tier is None else tier.resolution, n_examples=used, n_tokens=n_tokens,
         flops=None if n_tokens is None or n_parameters is None else 2.0 * n_parameters * n_tokens,
@@ -359,6 +370,7 @@ def sweep(
     """
     if not scorers:
         raise InputError("no checkpoints to sweep", field="--models")
+    plan = plan.for_pool(reference.n_models + 1)
     sizes = [len(ids) for ids in reference.example_ids]
     _check_budget(budget, plan, sizes, len(scorers))
     orders, positions = [], []

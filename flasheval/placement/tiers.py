@@ -5,7 +5,13 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
 ``name``, ``description``
     Free text.
 ``stop_rule``
-    ``interval`` (ours): stop when the bootstrap interval ``[lo, hi]`` of the rank lies within
+    ``window`` (the default plan's): stop when the interval ``[lo, hi]`` fits a window of the
+    tier's width: some rank ``r`` in it has ``r - k_r <= lo`` and ``hi <= r + k_r``, with ``k_r``
+    the resolution of the tier holding ``r``; the placement reported is that ``r`` (the one
+    nearest the point rank), so whenever the interval covers the full-data rank the placement is
+    within its tier's resolution. An interval that reaches a ``maximal`` tier must be that single rank. A narrow but lopsided interval stops; an interval across a
+    tier boundary is judged with the tier of the rank it would report.
+    ``interval`` (the previous rule): stop when the bootstrap interval ``[lo, hi]`` of the rank lies within
     ``[r - k, r + k]`` around the point rank ``r``, with ``k`` the resolution of the tier
     holding ``r`` (``maximal`` = 0: the interval is the single rank ``r``).
     ``flash_helm`` (compatibility): the paper's fixed schedule; stop when the point rank's
@@ -14,9 +20,18 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
     Overall two-sided level of the reported interval.
 ``correction``
     How the error ``alpha = 1 - confidence_level`` is spent across the looks (stages) of one
-    run: ``none`` (each look at ``alpha``), ``bonferroni`` (each at ``alpha / K``, ``K`` = the
-    stages before the last, since the last stage scores every example and cannot err) or
-    ``geometric`` (look ``j`` at ``alpha / 2**(j+1)``, which sums below ``alpha`` for any K).
+    run: ``none`` (each look at ``alpha``; the level then holds per look only), ``bonferroni``
+    (each at ``alpha / K``, ``K`` = the stages before the last, since the last stage scores every
+    example and cannot err) or ``geometric`` (look ``j`` at ``alpha / 2**(j+1)``, which sums below
+    ``alpha`` for any K). With ``bonferroni`` and ``geometric`` the per-look errors sum to at most
+    ``alpha``, so by the union bound every look's interval covers at once with probability at
+    least ``confidence_level``; the interval reported at a data-dependent stop covers at that
+    level whatever the stop rule (coverage under optional stopping by construction).
+``pool_scale``
+    Optional: the pool size (ranks) the tiers are written for. For a pool of ``n`` ranks
+    (reference models + the new one) with ``n > pool_scale``, every tier's last rank and every
+    resolution is multiplied by ``n / pool_scale`` and rounded; a ``maximal`` tier keeps its
+    ranks (:meth:`TierPlan.for_pool`). Absent: the tiers are used as written.
 ``estimator``
     ``control-variate`` (default) or ``paired``: how the new model's full-data mean is estimated
     from its subsample (see :mod:`flasheval.stats.bootstrap`).
@@ -45,10 +60,10 @@ from flasheval.stats.bootstrap import ESTIMATORS
 
 __all__ = ["STOP_RULES", "CORRECTIONS", "Tier", "TierPlan", "load_tier_plan", "resolve_tier_plan"]
 
-STOP_RULES: tuple[str, ...] = ("interval", "flash_helm")
+STOP_RULES: tuple[str, ...] = ("window", "interval", "flash_helm")
 CORRECTIONS: tuple[str, ...] = ("none", "bonferroni", "geometric")
 _PLAN_KEYS = ("name", "description", "stop_rule", "confidence_level", "correction", "estimator", "n_resamples",
-              "stages", "tiers")
+              "stages", "tiers", "pool_scale")
 _TIER_KEYS = ("ranks", "resolution", "stop_stage", "min_stage")
 
 
@@ -102,8 +117,12 @@ class TierPlan:
     estimator: str = "control-variate"
     """How the new model's full-data mean is estimated (``control-variate`` or ``paired``)."""
     description: str = ""
+    pool_scale: int | None = None
+    """Pool size (ranks) the tiers are written for; larger pools scale them (:meth:`for_pool`)."""
 
     def __post_init__(self) -> None:
+        if self.pool_scale is not None and self.pool_scale < 2:
+            raise ValueError(f"pool_scale must be >= 2, got {self.pool_scale}")
         if self.stop_rule not in STOP_RULES:
             raise UnknownNameError("stop_rule", self.stop_rule, STOP_RULES)
         if self.correction not in CORRECTIONS:
@@ -118,6 +137,35 @@ class TierPlan:
                 return tier
         raise ValueError(f"rank {rank} is in no tier")
 
+    def for_pool(self, n_ranks: int) -> TierPlan:
+        """The plan with its tiers scaled to a pool of ``n_ranks`` ranks (unchanged without ``pool_scale``).
+
+        The scale is ``s = max(1, n_ranks / pool_scale)``: each tier's last rank becomes
+        ``round(last * s)`` and its resolution ``round(k * s)``; a ``maximal`` tier keeps its size.
+        The result has ``pool_scale`` unset, so scaling twice is a no-op.
+
+        Examples
+        --------
+        >>> plan = load_tier_plan("default")
+        >>> [t.label for t in plan.for_pool(40).tiers], [t.resolution for t in plan.for_pool(40).tiers]
+        (['1', '2-4', '5-9', '10-19', '20+'], [0, 1, 2, 3, 4])
+        >>> [t.label for t in plan.for_pool(200).tiers], [t.resolution for t in plan.for_pool(200).tiers]
+        (['1', '2-20', '21-45', '46-95', '96+'], [0, 5, 10, 15, 20])
+        """
+        from dataclasses import replace
+
+        if self.pool_scale is None:
+            return self
+        scale = max(1.0, n_ranks / self.pool_scale)
+        tiers, first = [], 1
+        for tier in self.tiers:
+            last = None
+            if tier.last is not None:
+                last = first + (tier.last - tier.first) if tier.resolution == 0 else max(first, round(tier.last * scale))
+            tiers.append(replace(tier, first=first, last=last, resolution=round(tier.resolution * scale)))
+            first = (last or 0) + 1
+        return replace(self, tiers=tuple(tiers), pool_scale=None)
+
     def look_confidence(self, look: int) -> float:
         """Two-sided level for look ``look`` (0-based) under the plan's correction.
 
@@ -125,7 +173,7 @@ class TierPlan:
         --------
         >>> plan = load_tier_plan("default")
         >>> round(plan.look_confidence(0), 5)
-        0.95
+        0.99722
         """
         alpha = 1.0 - self.confidence_level
         if self.correction == "bonferroni":
@@ -232,6 +280,10 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
     level = raw.get("confidence_level", 0.95)
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1:
         raise ConfigError(f"must be in [0.5, 1), got {level!r}", path=path, field="confidence_level")
+    pool_scale = raw.get("pool_scale")
+    if pool_scale is not None and (isinstance(pool_scale, bool) or not isinstance(pool_scale, int) or pool_scale < 2):
+        raise ConfigError(f"must be an integer >= 2 (the pool size the tiers are written for), got {pool_scale!r}",
+                          path=path, field="pool_scale")
     n_res = raw.get("n_resamples", 1000)
     if isinstance(n_res, bool) or not isinstance(n_res, int) or n_res < 100:
         raise ConfigError(f"must be an integer >= 100, got {n_res!r}", path=path, field="n_resamples")
@@ -245,7 +297,7 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
     plan = TierPlan(
         name=str(raw["name"]), description=str(raw.get("description", "")), stop_rule=stop_rule,
         confidence_level=float(level), correction=str(raw.get("correction", "none")), n_resamples=n_res,
-        estimator=str(raw.get("estimator", "control-variate")),
+        estimator=str(raw.get("estimator", "control-variate")), pool_scale=pool_scale,
         stages=tuple(_stage(s, path, f"stages[{i}]") for i, s in enumerate(raw["stages"])),
         tiers=tuple(_tier(t, i, path, stop_rule) for i, t in enumerate(raw["tiers"])),
     )

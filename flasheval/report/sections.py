@@ -67,9 +67,11 @@ def _place(p: Mapping[str, Any], stem: str) -> list[Block]:
     out: list[Block] = [
         Paragraph(text=f"{p['model_id']} on {p['reference']} ({p['n_models']} reference models, plan {p['plan']}, "
                        f"seed {p['seed']}): {p['status']} ({p['reason']})."),
-        Table(header=("rank", f"{p['confidence_level']:.0%} interval", "tier", "examples", "full run", "saving"),
+        Table(header=("rank", f"{p['confidence_level']:.0%} interval", "tier", "examples", "full run", "saving",
+                      "tokens saving"),
               rows=((_fmt(p["rank"]), _fmt(p["interval"]), f"{p['tier']} ({res})", str(c["n_examples"]),
-                     str(c["full_examples"]), _saving(c.get("saving"))),)),
+                     str(c["full_examples"]), _saving(c.get("example_saving", c.get("saving"))),
+                     _saving(c.get("token_saving"))),)),
         Heading(text="Stages", level=3),
         Table(header=("stage", "per dataset", "examples", "rank", "interval", "level", "decision", "reason"),
               rows=tuple((str(s["stage"] + 1), _fmt(s["stage_size"] or "all"), str(sum(s["n_examples"])), str(s["rank"]),
@@ -89,7 +91,25 @@ def _place(p: Mapping[str, Any], stem: str) -> list[Block]:
     return out
 
 
+def _seed_summary(runs: list[Mapping[str, Any]]) -> list[Block]:
+    """Per method and figure: every seed's value, the mean and the minimum."""
+    rows = []
+    for i, summary in enumerate(runs[0]["summaries"]):
+        for key, label, fmt in (("share_within", "within resolution", _percent), ("coverage", "coverage", _percent),
+                                ("median_saving", "median saving", _saving), ("total_saving", "total saving", _saving)):
+            values = [run["summaries"][i][key] for run in runs]
+            rows.append((summary["method"], label, *(fmt(v) for v in values), fmt(sum(values) / len(values)),
+                         fmt(min(values))))
+    seeds = [str(run.get("seed", i)) for i, run in enumerate(runs)]
+    return [Paragraph(text=f"Leave-one-out backtest on {runs[0]['reference']} over seeds {', '.join(seeds)} "
+                           f"(plan {runs[0]['plan']}): every seed, the mean and the minimum."),
+            Table(header=("method", "figure", *(f"seed {s}" for s in seeds), "mean", "min"), rows=tuple(rows))]
+
+
 def _backtest(p: Mapping[str, Any], stem: str) -> list[Block]:
+    if "seeds" in p:  # flasheval backtest --seeds: mean and minimum over the seeds, then one section per seed
+        return _seed_summary(p["seeds"]) + [block for i, one in enumerate(p["seeds"])
+                                             for block in _backtest(one, f"{stem}-seed{one.get('seed', i)}")]
     rows = tuple((s["method"], str(s["n_models"]), f"{s['share_within']:.1%}", f"{s['coverage']:.1%}",
                   _saving(s["median_saving"]), _saving(s["total_saving"]), f"{s['mean_examples']:.0f}")
                  for s in p["summaries"])
@@ -116,7 +136,8 @@ def _sweep(p: Mapping[str, Any], stem: str) -> list[Block]:
     out: list[Block] = [
         Paragraph(text=f"Sweep of {len(p['checkpoints'])} checkpoints on {p['reference']} (plan {p['plan']}, seed "
                        f"{p['seed']}, budget {_budget_text(p['budget'])}): {c['n_examples']} examples spent of {c['full_examples']} "
-                       f"for full runs of all of them ({_saving(c['saving'])} saving)."),
+                       f"for full runs of all of them (total saving {_saving(c['saving'])}, median over checkpoints "
+                       f"{_saving(c.get('median_saving'))})."),
         Table(header=("checkpoint", "rank", "interval", "tier", "status", "examples", "rounds", "saving", "full-data rank"),
               rows=tuple((x["model_id"], _fmt(x["rank"]), _fmt(x["interval"]), _fmt(x["tier"]), x["status"],
                           str(x["n_examples"]), str(x["rounds"]), _saving(x.get("saving")),

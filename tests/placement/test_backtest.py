@@ -1,10 +1,12 @@
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from flasheval.cli import main
-from flasheval.placement.backtest import backtest, full_data_ranks, uniform_allocation
+from flasheval.errors import InputError
+from flasheval.placement.backtest import backtest, full_data_ranks, parse_seeds, summarize_seeds, uniform_allocation
 from flasheval.placement.simulation import synthetic_reference
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.records import read_record
@@ -26,20 +28,66 @@ def test_full_data_ranks_agree_with_competition_ranks_without_ties():
     assert [ranks[m] for m in ref.model_ids] == competition_ranks(values).tolist()
 
 
-def test_backtest_on_a_synthetic_reference():
+PAPER_TIERS = ((1, 1, 0), (2, 4, 1), (5, 9, 2), (10, 19, 3), (20, 10**9, 4))  # written out, not loaded
+
+
+def _paper_resolution(rank: int) -> int:
+    return next(k for first, last, k in PAPER_TIERS if first <= rank <= last)
+
+
+@pytest.fixture(scope="module")
+def synthetic_backtest():
     ref = synthetic_reference(15, [150, 250, 100], rng=4)
     plan = replace(load_tier_plan("default"), n_resamples=200)
     fixed = replace(load_tier_plan("flash_helm"), n_resamples=200)
-    result = backtest(ref, plan, fixed, seed=0)
+    return ref, backtest(ref, plan, fixed, seed=0)
+
+
+def test_backtest_rows_agree_with_an_independent_scoring(synthetic_backtest):
+    ref, result = synthetic_backtest
     assert [s.method for s in result.summaries] == ["adaptive", "flash_helm", "uniform"]
+    # full-data ranks by sorting the models' mean-of-dataset-means by hand (pool of 15 < 40: the paper's tiers)
+    means = {m: np.mean([s[i].mean() for s in ref.scores]) for i, m in enumerate(ref.model_ids)}
+    for method, rows in result.rows.items():
+        assert len(rows) == 15
+        for row in rows:
+            truth = 1 + sum(v > means[row.model_id] for m, v in means.items() if m != row.model_id)
+            assert row.full_rank == truth
+            assert row.within == (abs(row.placed_rank - truth) <= _paper_resolution(row.placed_rank))
+            if method == "adaptive":
+                # the window rule reports a rank whose tier window holds the whole interval, so a covering
+                # interval implies a placement within resolution
+                lo, hi = row.interval
+                assert all(abs(row.placed_rank - x) <= _paper_resolution(row.placed_rank) for x in range(lo, hi + 1))
+                assert row.within or not row.covered
+
+
+def test_backtest_summaries_obey_the_means_inequalities_and_equal_cost(synthetic_backtest):
+    _, result = synthetic_backtest
     ours, _, uniform = result.summaries
-    assert ours.n_models == 15 and 0 <= ours.share_within <= 1
-    # equal cost by construction (up to rounding of the per-dataset split)
-    assert uniform.mean_examples == pytest.approx(ours.mean_examples, abs=3)
-    for row in result.rows["adaptive"]:
-        assert row.within == (abs(row.placed_rank - row.full_rank) <= row.resolution)
-        assert row.covered == (row.interval[0] <= row.full_rank <= row.interval[1])
+    for s in result.summaries:
+        savings = [r.saving for r in result.rows[s.method]]
+        # ratio of sums = full / mean examples <= the mean of the ratios (AM-HM); the median lies among the values
+        assert s.total_saving <= s.mean_saving + 1e-9
+        assert min(savings) <= s.median_saving <= max(savings)
+    assert uniform.mean_examples == pytest.approx(ours.mean_examples, abs=3)  # equal cost by construction
     assert json.dumps(result.to_json())
+
+
+def test_backtest_is_deterministic_and_seeds_summarise_each_seed():
+    ref = synthetic_reference(8, [60, 90], rng=1)
+    plan = replace(load_tier_plan("default"), n_resamples=200)
+    fixed = replace(load_tier_plan("flash_helm"), n_resamples=200)
+    runs = [backtest(ref, plan, fixed, seed=s) for s in (3, 5, 3)]
+    assert runs[0].to_json() == runs[2].to_json()
+    summary = summarize_seeds(runs[:2])
+    assert summary[0].seeds == (3, 5)
+    assert summary[0].median_saving == (runs[0].summaries[0].median_saving, runs[1].summaries[0].median_saving)
+    assert summary[0].min("coverage") == min(r.summaries[0].coverage for r in runs[:2])
+    assert parse_seeds("0-4") == (0, 1, 2, 3, 4) and parse_seeds("2,0-1") == (2, 0, 1)
+    for bad in ("a-b", "4-1", "-3"):
+        with pytest.raises(InputError, match="--seeds"):
+            parse_seeds(bad)
 
 
 def test_backtest_and_place_cli_write_records(tmp_path, capsys, monkeypatch):
@@ -57,10 +105,19 @@ def test_backtest_and_place_cli_write_records(tmp_path, capsys, monkeypatch):
     assert "adaptive" in printed and "flash_helm" in printed and "uniform" in printed
     record = read_record(out)
     assert record.kind == "backtest" and len(record.payload["rows"]["adaptive"]) == 10
+    assert main(["backtest", "--reference", str(folder), "--seeds", "0-1", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "over seeds 0, 1:" in printed and "seed 0" in printed and "total saving" in printed
+    assert [s["seed"] for s in read_record(out).payload["seeds"]] == [0, 1]
+    for option, value in (("--max-examples", "-5"), ("--max-tokens", "0"), ("--max-flops", "nan"),
+                          ("--n-parameters", "-1"), ("--seed", "-2")):
+        assert main(["place", "--reference", str(folder), "--model", "replay:m003", option, value]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"field '{option}'" in err  # one line naming the option, no traceback
     monkeypatch.chdir(tmp_path)
     assert main(["place", "--reference", str(folder), "--model", "replay:m003", "--seed", "3"]) == 0
     printed = capsys.readouterr().out
-    assert "stage 1/8 (20/dataset)" in printed and "m003 on syn (9 reference models" in printed
+    assert "stage 1/19 (20/dataset)" in printed and "m003 on syn (9 reference models" in printed
     record = read_record(tmp_path / "runs" / "place-syn-m003" / "place.json")
     assert record.kind == "place" and record.payload["model_id"] == "m003"
     assert main(["place", "--reference", str(folder), "--model", "hf:gpt2"]) == 1
@@ -86,18 +143,10 @@ def test_helm_lite_backtest_meets_the_issue_targets():
     ref = load_reference("helm_lite")
     result = backtest(ref, load_tier_plan("default"), load_tier_plan("flash_helm"), seed=0)
     ours, fixed, _ = result.summaries
-    assert ours.share_within >= 0.95
-    assert ours.coverage >= result.confidence_level - 0.02
-    assert ours.median_saving >= 5.0
+    assert ours.share_within >= 0.95 and ours.coverage >= 0.93  # the issue's floors, at this seed
+    # regression guards below the measured seed-0 figures (median 5.8x, total 5.4x; docs/placement.md);
+    # the issue's 5.5x total is a mean over seeds 0-4 (measured 5.5x), too slow to run here
+    assert ours.median_saving >= 5.0 and ours.total_saving >= 5.0
     # at every stop with every example scored, the placed rank is the full-data rank
     assert all(r.placed_rank == r.full_rank for r in result.rows["adaptive"] if r.n_examples == 5551)
     assert fixed.share_within < ours.share_within
-
-
-@pytest.mark.slow
-def test_lean_plan_beats_the_flash_helm_schedule_at_equal_within_resolution_share():
-    ref = load_reference("helm_lite")
-    result = backtest(ref, load_tier_plan("lean"), load_tier_plan("flash_helm"), seed=0)
-    ours, fixed, _ = result.summaries
-    assert ours.share_within >= fixed.share_within
-    assert ours.mean_examples < fixed.mean_examples

@@ -23,17 +23,53 @@ def plan():
 
 @pytest.mark.parametrize("rank, interval, stop", [
     (30, (26, 34), True), (30, (25, 33), False), (12, (9, 15), True), (12, (9, 16), False),
-    (3, (2, 4), True), (3, (1, 3), False), (3, (3, 3), True), (1, (1, 1), False), (1, (1, 2), False),
+    (3, (2, 4), True), (3, (1, 3), False), (3, (3, 3), True), (1, (1, 1), True), (1, (1, 2), False),
 ])
 def test_interval_rule_table(plan, rank, interval, stop):
-    assert decide(plan=plan, stage_size=50, rank=rank, interval=interval, is_last=False).stop is stop
+    centred = replace(plan, stop_rule="interval")  # the previous rule: the window is centred on the point rank
+    assert decide(plan=centred, stage_size=50, rank=rank, interval=interval, is_last=False).stop is stop
 
 
-def test_first_place_needs_min_stage(plan):
-    early = decide(plan=plan, stage_size=200, rank=1, interval=(1, 1), is_last=False)
+# (point rank, interval, reported rank or None = escalate), worked by hand on the paper's tiers
+# 1 | 2-4 +-1 | 5-9 +-2 | 10-19 +-3 | 20+ +-4
+@pytest.mark.parametrize("rank, interval, placed", [
+    (10, (9, 14), 11),   # the issue's llama-3-70b case: lopsided, width 5 <= 6, the centred rule escalated
+    (10, (9, 15), 12),   # width 6 fits only 12 +-3
+    (10, (9, 16), None),
+    (30, (25, 33), 29),  # nearest admissible rank to 30
+    (3, (2, 4), 3), (2, (2, 3), 2), (3, (1, 4), None),
+    (5, (4, 7), 5),      # straddles tiers 2-4 and 5-9: 5 +-2 holds it, 4 +-1 does not
+    (1, (1, 1), 1), (1, (1, 2), None),
+    (21, (16, 23), 20),  # no rank of tier 10-19 (+-3) holds it; 20 +-4 = [16, 24] does
+])
+def test_window_rule_table(plan, rank, interval, placed):
+    d = decide(plan=plan.for_pool(40), stage_size=50, rank=rank, interval=interval, is_last=False)
+    assert d.stop is (placed is not None) and d.rank == placed
+
+
+def test_window_rule_reports_a_rank_within_resolution_of_every_rank_of_its_interval(plan):
+    """Brute force over every interval of a 60-rank pool: a stop is claimed exactly when some rank's
+    window holds the interval, and the rank reported is within its tier's resolution of every rank in it."""
+    paper = plan.for_pool(60)
+    resolution = {r: next(t.resolution for t in paper.tiers if t.first <= r and (t.last is None or r <= t.last))
+                  for r in range(1, 61)}
+    for lo in range(1, 61):
+        for hi in range(lo, 61):
+            d = decide(plan=paper, stage_size=50, rank=lo, interval=(lo, hi), is_last=False)
+            admissible = [r for r in range(lo, hi + 1) if all(abs(r - x) <= resolution[r] for x in range(lo, hi + 1))]
+            if lo == 1 < hi:
+                admissible = []  # rank 1 (maximal) is claimed, or ruled out, only by a single-rank interval
+            assert d.stop is bool(admissible)
+            if d.stop:
+                assert d.rank in admissible
+
+
+def test_min_stage_holds_a_tier_back(plan):
+    guarded = replace(plan, tiers=(replace(plan.tiers[0], min_stage=500), *plan.tiers[1:]))
+    early = decide(plan=guarded, stage_size=200, rank=1, interval=(1, 1), is_last=False)
     assert not early.stop and "from 500/dataset on" in early.reason
-    assert decide(plan=plan, stage_size=500, rank=1, interval=(1, 1), is_last=False).stop
-    assert not decide(plan=plan, stage_size=500, rank=1, interval=(1, 2), is_last=False).stop
+    assert decide(plan=guarded, stage_size=500, rank=1, interval=(1, 1), is_last=False).stop
+    assert not decide(plan=guarded, stage_size=500, rank=1, interval=(1, 2), is_last=False).stop
 
 
 def test_flash_helm_rule_is_the_papers_schedule():
@@ -92,6 +128,8 @@ def test_tokens_and_flops_are_accounted(reference, plan):
     assert c.n_tokens == 7 * c.n_examples and c.flops == 2 * 1000 * c.n_tokens
     assert c.full_tokens == pytest.approx(7 * c.full_examples)
     assert c.saving == pytest.approx(c.full_examples / c.n_examples)
+    # 7 tokens per example everywhere: the token saving is the example saving
+    assert c.token_saving == pytest.approx(c.example_saving) and result.to_json()["compute"]["token_saving"]
     capped = place(ref.without(model), ReplayScorer(ref, model, n_parameters=1000), plan, seed=0,
                    budget=Budget(max_flops=2 * 1000 * 7 * 100))
     assert capped.compute.flops <= 2 * 1000 * 7 * 100 and "FLOPs > budget" in capped.reason
@@ -102,3 +140,16 @@ def test_same_seed_same_placement(reference, plan):
     runs = [place(reference.without(model), ReplayScorer(reference, model), plan, seed=s).to_json() for s in (4, 4, 9)]
     assert runs[0] == runs[1]
     assert runs[0]["stages"] != runs[2]["stages"]
+
+
+def test_placements_report_a_rank_whose_window_holds_the_interval(reference, plan):
+    """Whatever the stop, the reported rank is within its tier's resolution of every rank of the interval,
+    so if the interval covers the full-data rank the placement is within resolution."""
+    ranks = full_data_ranks(reference)
+    for model in reference.model_ids[::4]:
+        result = place(reference.without(model), ReplayScorer(reference, model), plan, seed=3)
+        lo, hi = result.interval
+        assert result.status == "resolved" and lo <= result.rank <= hi
+        assert all(abs(result.rank - x) <= result.resolution for x in range(lo, hi + 1))
+        if lo <= ranks[model] <= hi:
+            assert abs(result.rank - ranks[model]) <= result.resolution

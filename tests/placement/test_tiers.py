@@ -27,9 +27,32 @@ def test_shipped_plans_encode_the_paper_and_ours():
     assert [(t.label, t.resolution, t.stop_stage) for t in fh.tiers] == [
         ("1", 0, None), ("2-4", 1, 1000), ("5-9", 2, 200), ("10-19", 3, 50), ("20+", 4, 20)]
     ours = load_tier_plan("default")
-    assert ours.stop_rule == "interval" and ours.stages[-1] is None and ours.estimator == "control-variate"
+    assert ours.stop_rule == "window" and ours.stages[-1] is None and ours.estimator == "control-variate"
+    assert ours.correction == "bonferroni" and ours.pool_scale == 40
     assert [t.resolution for t in ours.tiers] == [0, 1, 2, 3, 4]
     assert ours.tier_for(1).label == "1" and ours.tier_for(57).label == "20+"
+    sized = [s for s in ours.stages if s is not None]
+    ratios = [b / a for a, b in zip(sized, sized[1:])]
+    assert max(ratios) < 1.3 and min(ratios) > 1.2  # a geometric grid, about ten looks per decade
+
+
+def test_union_bound_over_looks_keeps_the_overall_error_at_alpha():
+    ours = load_tier_plan("default")
+    erring = len(ours.stages) - 1  # the last stage scores every example: it cannot err
+    assert sum(1 - ours.look_confidence(j) for j in range(erring)) == pytest.approx(1 - ours.confidence_level)
+
+
+def test_pool_scaling_reduces_to_the_papers_tiers_at_40_and_scales_in_proportion():
+    ours = load_tier_plan("default")
+    assert ours.for_pool(40).tiers == ours.for_pool(12).tiers == ours.tiers
+    doubled = ours.for_pool(80)
+    assert [(t.first, t.last, t.resolution) for t in doubled.tiers] == [
+        (1, 1, 0), (2, 8, 2), (9, 18, 4), (19, 38, 6), (39, None, 8)]
+    for n in (41, 69, 137, 200, 301):  # every rank of the pool is in exactly one tier, resolution ~ k * n / 40
+        plan = ours.for_pool(n)
+        assert [plan.tier_for(r).resolution for r in (1, n)] == [0, round(4 * n / 40)]
+        assert sum(1 for r in range(1, n + 1) for t in plan.tiers if t.contains(r)) == n
+    assert ours.for_pool(200).for_pool(200) == ours.for_pool(200)
 
 
 def test_look_confidence_spends_alpha_across_looks(tmp_path):
@@ -40,7 +63,7 @@ def test_look_confidence_spends_alpha_across_looks(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (("stop_rule: interval", "stop_rule: vibes"), "field 'stop_rule': unknown value 'vibes' (allowed: interval, flash_helm)"),
+    (("stop_rule: interval", "stop_rule: vibes"), "field 'stop_rule': unknown value 'vibes'"),
     (("stages: [10, 30, all]", "stages: [30, 10, all]"), "stages must be strictly increasing"),
     (("stages: [10, 30, all]", "stages: [10, 30]"), "the last stage must be 'all'"),
     (("[2, null], resolution: 2", "[3, null], resolution: 2"), "tier 1 starts at 3, expected 2"),
@@ -49,6 +72,8 @@ def test_look_confidence_spends_alpha_across_looks(tmp_path):
     (("stop_rule: interval", "stop_rule: flash_helm"), "needs stop_stage on every tier"),
     (("confidence_level: 0.9", "confidence_level: 95"), "field 'confidence_level': must be in [0.5, 1)"),
     (("resolution: maximal}", "resolution: maximal, min_stage: 20}"), "field 'tiers[0].min_stage': min_stage 20 is not a stage"),
+    (("name: t", "name: t\npool_scale: 1"), "field 'pool_scale': must be an integer >= 2"),
+    (("stop_rule: interval", "stop_rule: vibes"), "allowed: window, interval, flash_helm"),
 ])
 def test_bad_plans_are_refused_with_the_field(tmp_path, change, message):
     with pytest.raises(ConfigError) as err:

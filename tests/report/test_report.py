@@ -134,3 +134,17 @@ def test_place_without_a_loadable_reference_and_evaluate_records_still_render(tm
     assert sorted(p.name for p in files.figures) == ["place-stages.png"]  # no leaderboard without the reference
     md = files.markdown.read_text()
     assert "| accuracy | 0.432 |" in md and "| model_id | tiny |" in md
+
+
+def test_multi_seed_backtest_record_shows_every_seed_its_mean_and_min(tmp_path):
+    runs = []
+    for seed, (within, median) in enumerate(((1.0, 6.0), (0.5, 3.0))):
+        payload = _backtest_payload()
+        payload["seed"] = seed
+        payload["summaries"] = [dict(payload["summaries"][0], share_within=within, median_saving=median)]
+        runs.append(payload)
+    write_record(tmp_path / "bt.json", kind="backtest", payload={"seeds": runs})
+    md = render_report(tmp_path).markdown.read_text()
+    assert "| adaptive | within resolution | 100.0% | 50.0% | 75.0% | 50.0% |" in md  # seeds 0, 1, mean, min
+    assert "| adaptive | median saving | 6.0x | 3.0x | 4.5x | 3.0x |" in md
+    assert md.count("Leave-one-out backtest on toy (plan default, seed") == 2  # one section per seed
