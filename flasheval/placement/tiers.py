@@ -20,6 +20,10 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
 ``estimator``
     ``control-variate`` (default) or ``paired``: how the new model's full-data mean is estimated
     from its subsample (see :mod:`flasheval.stats.bootstrap`).
+``allocation``
+    ``uniform`` (default: every dataset gets the stage's size) or ``neyman-cost`` (the same cost
+    per look split across datasets by Neyman allocation with per-example token costs; see
+    :mod:`flasheval.placement.allocation`).
 ``n_resamples``
     Bootstrap replicates per look.
 ``stages``
@@ -41,6 +45,7 @@ from typing import Any
 import yaml
 
 from flasheval.errors import ConfigError, UnknownNameError
+from flasheval.placement.allocation import ALLOCATIONS
 from flasheval.stats.bootstrap import ESTIMATORS
 
 __all__ = ["STOP_RULES", "CORRECTIONS", "Tier", "TierPlan", "load_tier_plan", "resolve_tier_plan"]
@@ -48,7 +53,7 @@ __all__ = ["STOP_RULES", "CORRECTIONS", "Tier", "TierPlan", "load_tier_plan", "r
 STOP_RULES: tuple[str, ...] = ("interval", "flash_helm")
 CORRECTIONS: tuple[str, ...] = ("none", "bonferroni", "geometric")
 _PLAN_KEYS = ("name", "description", "stop_rule", "confidence_level", "correction", "estimator", "n_resamples",
-              "stages", "tiers")
+              "stages", "tiers", "allocation")
 _TIER_KEYS = ("ranks", "resolution", "stop_stage", "min_stage")
 
 
@@ -102,8 +107,12 @@ class TierPlan:
     estimator: str = "control-variate"
     """How the new model's full-data mean is estimated (``control-variate`` or ``paired``)."""
     description: str = ""
+    allocation: str = "uniform"
+    """How a look's examples are split across datasets (``uniform`` or ``neyman-cost``)."""
 
     def __post_init__(self) -> None:
+        if self.allocation not in ALLOCATIONS:
+            raise UnknownNameError("allocation", self.allocation, ALLOCATIONS)
         if self.stop_rule not in STOP_RULES:
             raise UnknownNameError("stop_rule", self.stop_rule, STOP_RULES)
         if self.correction not in CORRECTIONS:
@@ -237,7 +246,7 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
         raise ConfigError(f"must be an integer >= 100, got {n_res!r}", path=path, field="n_resamples")
     stop_rule = str(raw["stop_rule"])
     for key, allowed, default in (("stop_rule", STOP_RULES, None), ("correction", CORRECTIONS, "none"),
-                                  ("estimator", ESTIMATORS, "control-variate")):
+                                  ("estimator", ESTIMATORS, "control-variate"), ("allocation", ALLOCATIONS, "uniform")):
         if raw.get(key, default) not in allowed:
             raise ConfigError(f"unknown value {raw.get(key)!r}", path=path, field=key, allowed=allowed)
     if not isinstance(raw["stages"], list) or not isinstance(raw["tiers"], list):
@@ -245,7 +254,7 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
     plan = TierPlan(
         name=str(raw["name"]), description=str(raw.get("description", "")), stop_rule=stop_rule,
         confidence_level=float(level), correction=str(raw.get("correction", "none")), n_resamples=n_res,
-        estimator=str(raw.get("estimator", "control-variate")),
+        estimator=str(raw.get("estimator", "control-variate")), allocation=str(raw.get("allocation", "uniform")),
         stages=tuple(_stage(s, path, f"stages[{i}]") for i, s in enumerate(raw["stages"])),
         tiers=tuple(_tier(t, i, path, stop_rule) for i, t in enumerate(raw["tiers"])),
     )
