@@ -1,0 +1,73 @@
+"""``benchmarks/oracle_bound.py`` against a brute-force oracle on a tiny synthetic reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks import oracle_bound as ob
+from flasheval.placement.backtest import full_data_ranks
+from flasheval.placement.simulation import synthetic_reference
+from flasheval.placement.tiers import load_tier_plan
+
+
+def _brute_force_chance(ref, model_id, full_rank, plan, orders, n, neighbours=None):
+    """Share of draws placing the model within resolution at ``n`` per dataset: one lstsq fit per draw."""
+    pool = ref.without(model_id)
+    i = ref.index(model_id)
+    pool_values = pool.dataset_means().mean(axis=1)
+    hits = 0
+    for r in range(orders[0].shape[0]):
+        means = []
+        for d, s in enumerate(ref.scores):
+            x_full = [pool.scores[d].mean(axis=0)] + ([] if neighbours is None else [pool.scores[d][neighbours].mean(axis=0)])
+            take = orders[d][r, : min(n, s.shape[1])]
+            y = s[i, take]
+            x = np.stack([v[take] for v in x_full], axis=1)
+            xc = x - x.mean(axis=0)
+            slopes = np.zeros(x.shape[1])
+            if np.linalg.matrix_rank(xc, tol=1e-9) == x.shape[1]:
+                slopes = np.linalg.lstsq(xc, y - y.mean(), rcond=None)[0]
+            means.append(y.mean() + slopes @ (np.array([v.mean() for v in x_full]) - x.mean(axis=0)))
+        value = float(np.mean(means))
+        mid = 1 + sum(v > value for v in pool_values) + 0.5 * sum(v == value for v in pool_values)
+        placed = math.floor(mid + 0.5)
+        hits += abs(placed - full_rank) <= plan.tier_for(placed).resolution
+    return hits / orders[0].shape[0]
+
+
+@pytest.mark.parametrize("estimator", ["control-variate", "greg-neighbours"])
+def test_oracle_size_matches_a_brute_force_search(estimator):
+    ref = synthetic_reference(9, [60, 35], rng=5)
+    plan = load_tier_plan("default")
+    orders = ob.draw_orders([60, 35], 40, np.random.default_rng(1))
+    grid = ob.size_grid(60)
+    model = ref.model_ids[3]
+    full = full_data_ranks(ref)[model]
+    neighbours = None
+    if estimator == "greg-neighbours":
+        pool = ref.without(model)
+        own = ref.aggregate_values()[ref.index(model)]
+        neighbours = np.argsort(np.abs(pool.aggregate_values() - own), kind="stable")[:3]
+    size, chance = ob.oracle_size(ref, model, full, plan, orders, grid, estimator=estimator, n_neighbours=3)
+    brute = [_brute_force_chance(ref, model, full, plan, orders, int(n), neighbours) for n in grid]
+    assert chance == pytest.approx(brute)
+    assert size == next(int(n) for n, c in zip(grid, brute) if c >= 0.95)
+    assert chance[-1] == 1.0  # every example scored: the full-data rank itself
+
+
+def test_oracle_bound_cli_prints_the_oracle_and_the_method_share(capsys, tmp_path, monkeypatch):
+    import pandas as pd
+
+    from flasheval.reference import write_reference
+
+    ref = synthetic_reference(8, [50, 40], rng=2)
+    rows = [{"model": m, "dataset": d, "example_id": e, "score": float(s)}
+            for d, ids, mat in zip(ref.dataset_names, ref.example_ids, ref.scores)
+            for i, m in enumerate(ref.model_ids) for e, s in zip(ids, mat[i])]
+    folder = write_reference(tmp_path / "syn", pd.DataFrame(rows), name="syn", source="t", licence="n", metric="acc")
+    assert ob.main([str(folder), "--draws", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "oracle (uniform n per dataset)" in out and "method / oracle: median saving" in out
