@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from flasheval.placement.backtest import BacktestResult, backtest
+from flasheval.placement.backtest import ALL_METHODS, METHODS, BacktestResult, backtest
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.records import write_record
 from flasheval.reference import MISSING_POLICIES, load_reference
@@ -23,6 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--aggregate", choices=AGGREGATES)
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"comma-separated methods out of {', '.join(ALL_METHODS)} (default: %(default)s; "
+                             "adaptive always runs, it sets the others' cost)")
     parser.add_argument("--per-model", action="store_true", help="also print one line per model")
     parser.add_argument("--output", help="record file (default: runs/backtest-<reference>.json)")
     parser.set_defaults(func=run)
@@ -50,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     reference = load_reference(args.reference, missing=args.missing)
     plan, fixed = load_tier_plan(args.tiers), load_tier_plan(args.flash_helm_tiers)
     start = time.perf_counter()
-    result = backtest(reference, plan, fixed, seed=args.seed, aggregate=args.aggregate)
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    result = backtest(reference, plan, fixed, seed=args.seed, aggregate=args.aggregate, methods=methods)
     seconds = time.perf_counter() - start
     if args.per_model:
         print(_per_model(result))
