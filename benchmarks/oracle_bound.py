@@ -12,10 +12,14 @@ per example) ranked among the pool's exact full-data aggregates.
 Vectorised: per dataset, ``n_draws`` random permutations shared by all models; prefix sums of
 the moments along each permutation give the estimate at every size of the grid at once.
 
-``--estimator greg-neighbours`` is the model-assisted trial of issue 11 item 5: a GREG
-(regression) estimator with two covariates, the pool mean and the mean score of the
+Trials of issue 11 item 5 (``--estimator``): ``greg-neighbours``, a model-assisted GREG
+(regression) estimator with two covariates, the pool mean and the mean score ``q_i`` of the
 ``--neighbours`` pool models whose full-data aggregates are nearest the held-out model's (the
-oracle knows the full-data aggregate; a method would take its current estimate).
+oracle knows the full-data aggregate; a method would take its current estimate);
+``unequal-neighbours``, the same covariates with unequal-probability sampling: Poisson
+sampling with ``pi_i`` proportional to ``max(sqrt(q_i (1 - q_i)), --floor)`` (capped at 1; nested
+across sizes through one uniform key per example: example i is in iff ``key_i < pi_i``) and
+the Hajek-weighted GREG estimator. Its expected size is ``n``.
 
 Then flasheval's backtest runs on the same reference (or ``--backtest-record FILE`` reads a
 ``flasheval backtest`` record) and the method's median and total savings are printed as
@@ -41,7 +45,7 @@ from flasheval.records import read_record  # noqa: E402
 from flasheval.reference import ReferenceLeaderboard, load_reference  # noqa: E402
 from flasheval.stats.ranking import aggregate, rank_among  # noqa: E402
 
-ESTIMATORS = ("control-variate", "greg-neighbours")
+ESTIMATORS = ("control-variate", "greg-neighbours", "unequal-neighbours")
 
 
 def size_grid(max_size: int) -> np.ndarray:
@@ -52,9 +56,14 @@ def size_grid(max_size: int) -> np.ndarray:
     return np.append(grid[grid < max_size], max_size)
 
 
-def draw_orders(sizes: list[int], n_draws: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Per dataset, ``(n_draws, N_d)`` random permutations (int32)."""
-    return [rng.permuted(np.tile(np.arange(n, dtype=np.int32), (n_draws, 1)), axis=1) for n in sizes]
+def draw_keys(sizes: list[int], n_draws: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Per dataset, ``(n_draws, N_d)`` uniform keys: sorting them gives a random order (nested prefixes)."""
+    return [rng.random((n_draws, n)) for n in sizes]
+
+
+def draw_orders(keys: list[np.ndarray]) -> list[np.ndarray]:
+    """Per dataset, the random permutations the keys define (int32)."""
+    return [np.argsort(k, axis=1, kind="stable").astype(np.int32) for k in keys]
 
 
 def _prefix_means(values: np.ndarray, order: np.ndarray, take: np.ndarray) -> np.ndarray:
@@ -63,12 +72,28 @@ def _prefix_means(values: np.ndarray, order: np.ndarray, take: np.ndarray) -> np
     return csum[..., take - 1] / take
 
 
+def _greg(ybar: np.ndarray, xbar: np.ndarray, xy: np.ndarray, xx: np.ndarray, x_full: np.ndarray) -> np.ndarray:
+    """``ybar + b' (x_full - xbar)`` from (weighted) sample moments; ``b`` the least-squares slopes.
+
+    ``ybar (...)``, ``xbar (q, ...)``, centred cross-moments ``xy (q, ...)`` and ``xx (q, q, ...)``;
+    a singular fit (e.g. a constant covariate in a tiny subsample) falls back to ``b = 0``.
+    """
+    q = xbar.shape[0]
+    sxx = np.moveaxis(xx, (0, 1), (-2, -1))
+    sxy = np.moveaxis(xy, 0, -1)[..., None]
+    diag = np.diagonal(sxx, axis1=-2, axis2=-1)
+    ok = np.all(diag > 1e-12, axis=-1) & (np.linalg.det(sxx) > 1e-8 * np.prod(diag, axis=-1))
+    slopes = np.zeros(sxy.shape)
+    slopes[ok] = np.linalg.solve(sxx[ok], sxy[ok])
+    gap = np.moveaxis(x_full.reshape((q,) + (1,) * ybar.ndim) - xbar, 0, -1)
+    return ybar + np.sum(slopes[..., 0] * gap, axis=-1)
+
+
 def regression_estimates(y: np.ndarray, covariates: np.ndarray, order: np.ndarray, take: np.ndarray) -> np.ndarray:
     """GREG (regression) estimates of ``mean(y)`` from the prefixes ``order[:, :n]``, ``(n_draws, len(take))``.
 
     ``ybar_S + b' (xbar_full - xbar_S)``, ``b`` the least-squares slopes of ``y`` on the ``q``
-    covariates (rows of ``covariates``, ``(q, N)``) on the subsample; a singular fit (e.g. a
-    constant covariate in a tiny subsample) falls back to ``b = 0``.
+    covariates (rows of ``covariates``, ``(q, N)``) on the subsample.
     """
     q = covariates.shape[0]
     ybar = _prefix_means(y, order, take)
@@ -78,40 +103,90 @@ def regression_estimates(y: np.ndarray, covariates: np.ndarray, order: np.ndarra
     for i in range(q):
         for j in range(i, q):
             xx[i, j] = xx[j, i] = _prefix_means(covariates[i] * covariates[j], order, take) - xbar[i] * xbar[j]
-    sxx = np.moveaxis(xx, (0, 1), (-2, -1))                                 # (R, G, q, q)
-    sxy = np.moveaxis(xy, 0, -1)[..., None]                                 # (R, G, q, 1)
-    ridge = 1e-9 * np.eye(q)
-    ok = np.linalg.det(sxx + ridge) > 1e-12
-    slopes = np.zeros(sxy.shape)
-    slopes[ok] = np.linalg.solve(sxx[ok] + ridge, sxy[ok])
-    full = covariates.mean(axis=1)
-    return ybar + np.einsum("rgq,qrg->rg", slopes[..., 0], full[:, None, None] - xbar)
+    return _greg(ybar, xbar, xy, xx, covariates.mean(axis=1))
 
 
-def _covariates(reference: ReferenceLeaderboard, pool: ReferenceLeaderboard, model_id: str, d: int, estimator: str,
-                n_neighbours: int, aggregate_kind: str | None) -> np.ndarray:
+def inclusion_probabilities(size: np.ndarray, n: int) -> np.ndarray:
+    """``pi_i = min(1, k size_i)`` with ``sum pi = n`` (probability proportional to size, capped at 1).
+
+    Examples
+    --------
+    >>> inclusion_probabilities(np.array([1.0, 1.0, 8.0]), 2).round(6).tolist()
+    [0.5, 0.5, 1.0]
+    """
+    if n >= len(size):
+        return np.ones(len(size))
+    lo, hi = 0.0, 1.0 / size.min()
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if np.minimum(1.0, mid * size).sum() < n else (lo, mid)
+    return np.minimum(1.0, hi * size)
+
+
+def weighted_regression_estimates(y: np.ndarray, covariates: np.ndarray, keys: np.ndarray, size: np.ndarray,
+                                  take: np.ndarray) -> np.ndarray:
+    """Poisson sampling with ``pi_i`` proportional to ``size`` (nested: example i is in iff ``key_i < pi_i``)
+    and the Hajek-weighted GREG estimator (weights ``1 / pi_i``), ``(n_draws, len(take))``."""
+    q = covariates.shape[0]
+    cols = [np.ones_like(y), y, *covariates, *(covariates * y)]
+    cols += [covariates[i] * covariates[j] for i in range(q) for j in range(i, q)]
+    table = np.stack(cols, axis=1).astype(np.float32)                       # (N, k)
+    out = np.empty((keys.shape[0], len(take)))
+    for g, n in enumerate(take):
+        pi = inclusion_probabilities(size, int(n))
+        w = np.where(keys < pi, 1.0 / pi, 0.0).astype(np.float32)          # (R, N)
+        m_n = (w @ table).astype(np.float64)
+        m = m_n[:, 1:] / np.maximum(m_n[:, :1], 1e-12)                      # weighted means
+        ybar, xbar = m[:, 0], m[:, 1:1 + q].T
+        xy = m[:, 1 + q:1 + 2 * q].T - xbar * ybar
+        xx = np.empty((q, q, len(ybar)))
+        k = 1 + 2 * q
+        for i in range(q):
+            for j in range(i, q):
+                xx[i, j] = xx[j, i] = m[:, k] - xbar[i] * xbar[j]
+                k += 1
+        out[:, g] = np.where(m_n[:, 0] > 0, _greg(ybar, xbar, xy, xx, covariates.mean(axis=1)),
+                             covariates[0].mean())  # an empty sample: the first covariate's mean
+    return out
+
+
+def _neighbours(reference: ReferenceLeaderboard, pool: ReferenceLeaderboard, model_id: str, n_neighbours: int,
+                aggregate_kind: str | None) -> np.ndarray:
+    """Rows of the pool models whose full-data aggregates are nearest the held-out model's (oracle knowledge)."""
+    own = reference.aggregate_values(aggregate_kind)[reference.index(model_id)]
+    return np.argsort(np.abs(pool.aggregate_values(aggregate_kind) - own), kind="stable")[:n_neighbours]
+
+
+def _estimates(reference: ReferenceLeaderboard, pool: ReferenceLeaderboard, model_id: str, d: int, estimator: str,
+               neighbours: np.ndarray, floor: float, order: np.ndarray, keys: np.ndarray | None,
+               take: np.ndarray) -> np.ndarray:
+    """``(n_draws, len(take))`` estimates of the held-out model's mean on dataset ``d``."""
+    y = reference.scores[d][reference.index(model_id)]
     cv = pool.scores[d].mean(axis=0)
     if estimator == "control-variate":
-        return cv[None, :]
-    values = pool.aggregate_values(aggregate_kind)
-    own = reference.aggregate_values(aggregate_kind)[reference.index(model_id)]
-    nearest = np.argsort(np.abs(values - own), kind="stable")[:n_neighbours]
-    return np.stack([cv, pool.scores[d][nearest].mean(axis=0)])
+        return regression_estimates(y, cv[None, :], order, take)
+    near = pool.scores[d][neighbours].mean(axis=0)
+    x = np.stack([cv, near])
+    if estimator == "greg-neighbours":
+        return regression_estimates(y, x, order, take)
+    if keys is None:
+        raise ValueError("unequal-probability sampling needs the uniform keys")
+    size = np.maximum(np.sqrt(np.clip(near * (1.0 - near), 0.0, None)), floor)
+    return weighted_regression_estimates(y, x, keys, size, take)
 
 
 def oracle_size(reference: ReferenceLeaderboard, model_id: str, full_rank: int, plan: TierPlan,
-                orders: list[np.ndarray], grid: np.ndarray, *, estimator: str = "control-variate",
-                n_neighbours: int = 5, aggregate_kind: str | None = None,
-                level: float = 0.95) -> tuple[int, np.ndarray]:
+                orders: list[np.ndarray], grid: np.ndarray, *, keys: list[np.ndarray] | None = None,
+                estimator: str = "control-variate", n_neighbours: int = 5, floor: float = 0.1,
+                aggregate_kind: str | None = None, level: float = 0.95) -> tuple[int, np.ndarray]:
     """Smallest grid size whose within-resolution chance is >= ``level``, and the chance at every size."""
     pool = reference.without(model_id)
     sizes = [len(e) for e in reference.example_ids]
-    i = reference.index(model_id)
+    near = _neighbours(reference, pool, model_id, n_neighbours, aggregate_kind)
     estimates = np.empty((orders[0].shape[0], len(grid), len(sizes)))
     for d, n_d in enumerate(sizes):
-        take = np.minimum(grid, n_d)
-        x = _covariates(reference, pool, model_id, d, estimator, n_neighbours, aggregate_kind)
-        estimates[:, :, d] = regression_estimates(reference.scores[d][i], x, orders[d], take)
+        estimates[:, :, d] = _estimates(reference, pool, model_id, d, estimator, near, floor, orders[d],
+                                        None if keys is None else keys[d], np.minimum(grid, n_d))
     options = pool.aggregate_options(aggregate_kind)
     full = np.broadcast_to(pool.dataset_means(), estimates.shape[:2] + pool.dataset_means().shape)
     agg = aggregate(np.concatenate([estimates[:, :, None, :], full], axis=2), **options)
@@ -125,16 +200,17 @@ def oracle_size(reference: ReferenceLeaderboard, model_id: str, full_rank: int, 
 
 def oracle_bound(reference: ReferenceLeaderboard, plan: TierPlan, *, n_draws: int = 200, seed: int = 0,
                  models: list[str] | None = None, estimator: str = "control-variate", n_neighbours: int = 5,
-                 aggregate_kind: str | None = None) -> dict[str, tuple[int, float]]:
+                 floor: float = 0.1, aggregate_kind: str | None = None) -> dict[str, tuple[int, float]]:
     """Per model, the oracle's examples per dataset and its saving (full examples / examples used)."""
     sizes = [len(e) for e in reference.example_ids]
-    orders = draw_orders(sizes, n_draws, np.random.default_rng(seed))
+    keys = draw_keys(sizes, n_draws, np.random.default_rng(seed))
+    orders = draw_orders(keys)
     grid = size_grid(max(sizes))
     ranks = full_data_ranks(reference, aggregate_kind)
     out = {}
     for m in models or list(reference.model_ids):
-        n, _ = oracle_size(reference, m, ranks[m], plan, orders, grid, estimator=estimator,
-                           n_neighbours=n_neighbours, aggregate_kind=aggregate_kind)
+        n, _ = oracle_size(reference, m, ranks[m], plan, orders, grid, keys=keys, estimator=estimator,
+                           n_neighbours=n_neighbours, floor=floor, aggregate_kind=aggregate_kind)
         out[m] = (n, sum(sizes) / sum(min(n, s) for s in sizes))
     return out
 
@@ -163,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--aggregate", default=None)
     parser.add_argument("--estimator", choices=ESTIMATORS, default="control-variate")
-    parser.add_argument("--neighbours", type=int, default=5)
+    parser.add_argument("--neighbours", type=int, default=5, help="pool models nearest the held-out one (trials)")
+    parser.add_argument("--floor", type=float, default=0.1, help="unequal-neighbours: least sampling size measure")
     parser.add_argument("--backtest-record", help="read the method's savings from this backtest record")
     parser.add_argument("--no-backtest", action="store_true", help="print the oracle only")
     args = parser.parse_args(argv)
@@ -172,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     full = sum(len(e) for e in reference.example_ids)
     start = time.perf_counter()
     oracle = oracle_bound(reference, plan, n_draws=args.draws, seed=args.seed, models=models,
-                          estimator=args.estimator, n_neighbours=args.neighbours, aggregate_kind=args.aggregate)
+                          estimator=args.estimator, n_neighbours=args.neighbours, floor=args.floor,
+                          aggregate_kind=args.aggregate)
     sizes = [len(e) for e in reference.example_ids]
     o_used = np.array([sum(min(n, s) for s in sizes) for n, _ in oracle.values()], dtype=np.float64)
     o_sav = np.array([s for _, s in oracle.values()])

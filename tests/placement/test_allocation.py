@@ -10,6 +10,7 @@ from flasheval.placement.controller import place, stage_targets
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.simulation import synthetic_reference
 from flasheval.placement.tiers import load_tier_plan, resolve_tier_plan
+from flasheval.stats.sampling import example_order
 
 
 def _brute_force(budget, sizes, spreads, costs, weights, lower):
@@ -84,8 +85,8 @@ def test_place_with_neyman_cost_allocation_scores_nested_prefixes_once(tmp_path)
     asked = {}
     for task, ids in scorer.requests:
         asked.setdefault(task, []).extend(ids)
-    for task, ids in asked.items():
-        assert len(ids) == len(set(ids))  # never asked twice; prefixes of the seeded order (controller tests)
+    for task, ids in asked.items():  # each dataset: a prefix of its seeded order, never asked twice
+        assert tuple(ids) == example_order(ref.example_ids[ref.dataset_names.index(task)], seed=1, task_name=task)[:len(ids)]
     # every look costs at most what the uniform look costs, but spends it unevenly (400-token examples are dear)
     for look in result.stages[:-1]:
         assert np.dot(look.n_examples, (40, 10, 400)) <= look.stage_size * 450
