@@ -26,4 +26,6 @@ def run(args: argparse.Namespace) -> int:
         res = "maximal" if tier.resolution == 0 else f"+-{tier.resolution}"
         stop = "" if plan.stop_rule != "flash_helm" else f", stops at {'all' if tier.stop_stage is None else tier.stop_stage}"
         print(f"  ranks {tier.label:<6} resolution {res}{stop}")
+    if plan.allocation != "uniform":
+        print(f"  allocation {plan.allocation}: each look's cost split across datasets (docs/placement.md)")
     return 0
