@@ -133,6 +133,9 @@ def weighted_regression_estimates(y: np.ndarray, covariates: np.ndarray, keys: n
     table = np.stack(cols, axis=1).astype(np.float32)                       # (N, k)
     out = np.empty((keys.shape[0], len(take)))
     for g, n in enumerate(take):
+        if g and n == take[g - 1]:  # a dataset smaller than the size: the same (full) sample again
+            out[:, g] = out[:, g - 1]
+            continue
         pi = inclusion_probabilities(size, int(n))
         w = np.where(keys < pi, 1.0 / pi, 0.0).astype(np.float32)          # (R, N)
         m_n = (w @ table).astype(np.float64)
@@ -178,24 +181,33 @@ def _estimates(reference: ReferenceLeaderboard, pool: ReferenceLeaderboard, mode
 def oracle_size(reference: ReferenceLeaderboard, model_id: str, full_rank: int, plan: TierPlan,
                 orders: list[np.ndarray], grid: np.ndarray, *, keys: list[np.ndarray] | None = None,
                 estimator: str = "control-variate", n_neighbours: int = 5, floor: float = 0.1,
-                aggregate_kind: str | None = None, level: float = 0.95) -> tuple[int, np.ndarray]:
-    """Smallest grid size whose within-resolution chance is >= ``level``, and the chance at every size."""
+                aggregate_kind: str | None = None, level: float = 0.95, chunk: int = 10) -> tuple[int, np.ndarray]:
+    """Smallest grid size whose within-resolution chance is >= ``level``, and the chance at the sizes tried.
+
+    Sizes are tried ``chunk`` at a time from the smallest; the search stops in the chunk where the
+    chance first reaches ``level`` (the returned chances cover the sizes tried).
+    """
     pool = reference.without(model_id)
     sizes = [len(e) for e in reference.example_ids]
     near = _neighbours(reference, pool, model_id, n_neighbours, aggregate_kind)
-    estimates = np.empty((orders[0].shape[0], len(grid), len(sizes)))
-    for d, n_d in enumerate(sizes):
-        estimates[:, :, d] = _estimates(reference, pool, model_id, d, estimator, near, floor, orders[d],
-                                        None if keys is None else keys[d], np.minimum(grid, n_d))
     options = pool.aggregate_options(aggregate_kind)
-    full = np.broadcast_to(pool.dataset_means(), estimates.shape[:2] + pool.dataset_means().shape)
-    agg = aggregate(np.concatenate([estimates[:, :, None, :], full], axis=2), **options)
-    mid = rank_among(agg[..., 0], agg[..., 1:], higher_is_better=pool.ranking_higher_is_better(aggregate_kind))
-    placed = np.floor(mid + 0.5).astype(np.int64)
     resolution = np.array([0] + [plan.tier_for(r).resolution for r in range(1, pool.n_models + 2)])
-    chance = (np.abs(placed - full_rank) <= resolution[placed]).mean(axis=0)
-    reached = np.flatnonzero(chance >= level)
-    return int(grid[reached[0]] if len(reached) else grid[-1]), chance
+    chances = []
+    for first in range(0, len(grid), chunk):
+        part = grid[first:first + chunk]
+        estimates = np.empty((orders[0].shape[0], len(part), len(sizes)))
+        for d, n_d in enumerate(sizes):
+            estimates[:, :, d] = _estimates(reference, pool, model_id, d, estimator, near, floor, orders[d],
+                                            None if keys is None else keys[d], np.minimum(part, n_d))
+        full = np.broadcast_to(pool.dataset_means(), estimates.shape[:2] + pool.dataset_means().shape)
+        agg = aggregate(np.concatenate([estimates[:, :, None, :], full], axis=2), **options)
+        mid = rank_among(agg[..., 0], agg[..., 1:], higher_is_better=pool.ranking_higher_is_better(aggregate_kind))
+        placed = np.floor(mid + 0.5).astype(np.int64)
+        chances.append((np.abs(placed - full_rank) <= resolution[placed]).mean(axis=0))
+        reached = np.flatnonzero(chances[-1] >= level)
+        if len(reached):
+            return int(part[reached[0]]), np.concatenate(chances)
+    return int(grid[-1]), np.concatenate(chances)
 
 
 def oracle_bound(reference: ReferenceLeaderboard, plan: TierPlan, *, n_draws: int = 200, seed: int = 0,
