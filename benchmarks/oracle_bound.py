@@ -25,7 +25,9 @@ Then flasheval's backtest runs on the same reference (or ``--backtest-record FIL
 ``flasheval backtest`` record) and the method's median and total savings are printed as
 fractions of the oracle's.
 
-Run: ``python benchmarks/oracle_bound.py REFERENCE [--draws 200] [--models N] [--tiers default]``
+Run: ``python benchmarks/oracle_bound.py REFERENCE [--draws 200] [--models N] [--tiers default]``;
+``REFERENCE`` may be ``synthetic:MODELS:N1,N2,...`` (a synthetic 2PL pool, on which the trials' knobs
+were chosen).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flasheval.placement.backtest import backtest, full_data_ranks  # noqa: E402
+from flasheval.placement.simulation import synthetic_reference  # noqa: E402
 from flasheval.placement.tiers import TierPlan, load_tier_plan  # noqa: E402
 from flasheval.records import read_record  # noqa: E402
 from flasheval.reference import ReferenceLeaderboard, load_reference  # noqa: E402
@@ -227,6 +230,15 @@ def oracle_bound(reference: ReferenceLeaderboard, plan: TierPlan, *, n_draws: in
     return out
 
 
+def _reference(args: argparse.Namespace) -> ReferenceLeaderboard:
+    """A reference by name or path, or ``synthetic:MODELS:N1,N2,...`` (a 2PL pool, for choosing knobs)."""
+    if not args.reference.startswith("synthetic:"):
+        return load_reference(args.reference)
+    _, n_models, sizes = args.reference.split(":")
+    return synthetic_reference(int(n_models), [int(s) for s in sizes.split(",")], rng=args.pool_seed,
+                               ability_spread=args.ability_spread)
+
+
 def _method_savings(args: argparse.Namespace, reference: ReferenceLeaderboard, plan: TierPlan,
                     models: list[str]) -> dict[str, tuple[int, float]]:
     """Examples and saving of flasheval's adaptive method per model, from a record or a fresh backtest."""
@@ -244,7 +256,9 @@ def _savings_line(label: str, used: np.ndarray, savings: np.ndarray, full: int) 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("reference")
+    parser.add_argument("reference", help="name or path, or synthetic:MODELS:N1,N2,... (a synthetic 2PL pool)")
+    parser.add_argument("--pool-seed", type=int, default=100, help="synthetic pools: the pool's seed")
+    parser.add_argument("--ability-spread", type=float, default=0.5, help="synthetic pools: sd of the abilities")
     parser.add_argument("--tiers", default="default")
     parser.add_argument("--draws", type=int, default=200, help="random subsamples per model and size")
     parser.add_argument("--models", type=int, default=None, help="only the first N models (default: all)")
@@ -256,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backtest-record", help="read the method's savings from this backtest record")
     parser.add_argument("--no-backtest", action="store_true", help="print the oracle only")
     args = parser.parse_args(argv)
-    reference, plan = load_reference(args.reference), load_tier_plan(args.tiers)
+    reference, plan = _reference(args), load_tier_plan(args.tiers)
     models = list(reference.model_ids)[: args.models]
     full = sum(len(e) for e in reference.example_ids)
     start = time.perf_counter()
