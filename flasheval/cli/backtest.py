@@ -7,7 +7,15 @@ import time
 from pathlib import Path
 
 from flasheval.errors import InputError
-from flasheval.placement.backtest import BacktestResult, SeedSummary, backtest, parse_seeds, summarize_seeds
+from flasheval.placement.backtest import (
+    ALL_METHODS,
+    METHODS,
+    BacktestResult,
+    SeedSummary,
+    backtest,
+    parse_seeds,
+    summarize_seeds,
+)
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.records import write_record
 from flasheval.reference import MISSING_POLICIES, load_reference
@@ -25,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seeds", help="several seeds, e.g. 0-4 or 0,2,7: one table per seed, then mean and min")
     parser.add_argument("--aggregate", choices=AGGREGATES)
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"comma-separated methods out of {', '.join(ALL_METHODS)} (default: %(default)s; "
+                             "adaptive always runs, it sets the others' cost)")
     parser.add_argument("--per-model", action="store_true", help="also print one line per model")
     parser.add_argument("--output", help="record file (default: runs/backtest-<reference>.json)")
     parser.set_defaults(func=run)
@@ -68,10 +79,11 @@ def run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds) if args.seeds else (args.seed,)
     reference = load_reference(args.reference, missing=args.missing)
     plan, fixed = load_tier_plan(args.tiers), load_tier_plan(args.flash_helm_tiers)
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     results = []
     for seed in seeds:
         start = time.perf_counter()
-        result = backtest(reference, plan, fixed, seed=seed, aggregate=args.aggregate)
+        result = backtest(reference, plan, fixed, seed=seed, aggregate=args.aggregate, methods=methods)
         seconds = time.perf_counter() - start
         results.append(result)
         if args.per_model:

@@ -31,4 +31,6 @@ def run(args: argparse.Namespace) -> int:
               f"resolution by n / {plan.pool_scale} (200 ranks: "
               + ", ".join(f"{t.label} {'maximal' if t.resolution == 0 else f'+-{t.resolution}'}"
                           for t in plan.for_pool(200).tiers) + ")")
+    if plan.allocation != "uniform":
+        print(f"  allocation {plan.allocation}: each look's cost split across datasets (docs/placement.md)")
     return 0

@@ -13,6 +13,10 @@ and example orders:
     examples, equal to the adaptive method's mean, spread as evenly as the datasets allow
     (a prefix of the same nested order), ranked once with a bootstrap interval at the
     plan's confidence level.
+``fluid`` (opt in: ``methods=ALL_METHODS`` or ``flasheval backtest --methods ...``)
+    Fluid Benchmarking (:mod:`flasheval.placement.fluid`): a 2PL fit on the pool (without the
+    held-out model), adaptive example selection by Fisher information, at equal cost: per
+    dataset the same number of examples as the adaptive method used for that model.
 
 A placement is *within resolution* when ``|placed - full| <= k``, ``k`` the resolution of the
 tier holding the placed rank (what the user is told); an interval *covers* when it contains
@@ -22,23 +26,29 @@ the full-data rank.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from flasheval.errors import UnknownNameError
 from flasheval.hashing import derive_seed
 from flasheval.placement.controller import PlacementResult, place, stage_rank
+from flasheval.placement.fluid import fluid_rank, pool_fits
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.ranking import rank_among
 from flasheval.stats.sampling import example_order
 
-__all__ = ["METHODS", "BacktestRow", "MethodSummary", "BacktestResult", "SeedSummary", "backtest", "full_data_ranks",
-           "parse_seeds", "summarize_seeds", "uniform_allocation"]
+__all__ = ["METHODS", "ALL_METHODS", "BacktestRow", "MethodSummary", "BacktestResult", "SeedSummary", "backtest",
+           "full_data_ranks", "parse_seeds", "summarize_seeds", "uniform_allocation"]
 
 METHODS: tuple[str, ...] = ("adaptive", "flash_helm", "uniform")
+"""Methods a backtest runs by default."""
+ALL_METHODS: tuple[str, ...] = METHODS + ("fluid",)
+"""Every method a backtest can run (``adaptive`` always runs: it sets the others' cost)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,23 +198,35 @@ def backtest(
     *,
     seed: int = 0,
     aggregate: str | None = None,
+    methods: Sequence[str] = METHODS,
 ) -> BacktestResult:
-    """Leave-one-out placement of every reference model under the three methods (module docstring)."""
+    """Leave-one-out placement of every reference model under ``methods`` (see the module docstring)."""
+    for m in methods:
+        if m not in ALL_METHODS:
+            raise UnknownNameError("backtest method", m, ALL_METHODS, field="--methods")
+    methods = ("adaptive",) + tuple(dict.fromkeys(m for m in methods if m != "adaptive"))
     full = full_data_ranks(reference, aggregate)
     plan = plan.for_pool(reference.n_models)  # each pool: the other n_models - 1, plus the held-out model
-    rows: dict[str, list[BacktestRow]] = {m: [] for m in METHODS}
+    rows: dict[str, list[BacktestRow]] = {m: [] for m in methods}
+    counts: dict[str, tuple[int, ...]] = {}
     for model_id in reference.model_ids:
         pool = reference.without(model_id)
         for method, p in (("adaptive", plan), ("flash_helm", flash_helm_plan)):
-            result = place(pool, ReplayScorer(reference, model_id), p, model_id=model_id, seed=seed, aggregate=aggregate)
-            rows[method].append(_from_placement(model_id, full[model_id], result, plan))
+            if method in methods:
+                result = place(pool, ReplayScorer(reference, model_id), p, model_id=model_id, seed=seed,
+                               aggregate=aggregate)
+                rows[method].append(_from_placement(model_id, full[model_id], result, plan))
+                counts.setdefault(model_id, result.stages[-1].n_examples)
     sizes = [len(e) for e in reference.example_ids]
-    per_dataset = uniform_allocation(float(np.mean([r.n_examples for r in rows["adaptive"]])), sizes)
-    for model_id in reference.model_ids:
-        rows["uniform"].append(_uniform(reference, model_id, full[model_id], per_dataset, plan, seed, aggregate))
+    if "uniform" in methods:
+        per_dataset = uniform_allocation(float(np.mean([r.n_examples for r in rows["adaptive"]])), sizes)
+        for model_id in reference.model_ids:
+            rows["uniform"].append(_uniform(reference, model_id, full[model_id], per_dataset, plan, seed, aggregate))
+    if "fluid" in methods:
+        rows["fluid"] = _fluid_rows(reference, full, counts, plan, seed, aggregate)
     frozen = {m: tuple(r) for m, r in rows.items()}
     return BacktestResult(reference=reference.name, plan=plan.name, seed=seed, confidence_level=plan.confidence_level,
-                          rows=frozen, summaries=tuple(_summary(m, frozen[m], sum(sizes)) for m in METHODS))
+                          rows=frozen, summaries=tuple(_summary(m, frozen[m], sum(sizes)) for m in methods))
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
@@ -233,10 +255,29 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 def summarize_seeds(results: list[BacktestResult]) -> tuple[SeedSummary, ...]:
     """Per method, every seed's within share, coverage, median and total saving (for mean and min)."""
     out = []
-    for i, method in enumerate(METHODS):
+    for i, first in enumerate(results[0].summaries):
+        method = first.method
         per = [r.summaries[i] for r in results]
         out.append(SeedSummary(method=method, seeds=tuple(r.seed for r in results),
                                share_within=tuple(s.share_within for s in per), coverage=tuple(s.coverage for s in per),
                                median_saving=tuple(s.median_saving for s in per),
                                total_saving=tuple(s.total_saving for s in per)))
     return tuple(out)
+
+
+def _fluid_rows(reference: ReferenceLeaderboard, full: dict[str, int], counts: dict[str, tuple[int, ...]],
+                plan: TierPlan, seed: int, aggregate: str | None) -> list[BacktestRow]:
+    """Fluid Benchmarking at equal cost: each model gets the adaptive method's examples per dataset."""
+    full_fits = pool_fits(reference)
+    total = sum(len(e) for e in reference.example_ids)
+    out = []
+    for model_id in reference.model_ids:
+        pool = reference.without(model_id)
+        i = reference.index(model_id)
+        dist = fluid_rank(pool, [s[i] for s in reference.scores], counts[model_id],
+                          pool_fits(reference, model_id, full_fits), aggregate=aggregate,
+                          confidence_level=plan.confidence_level, n_resamples=plan.n_resamples,
+                          rng=derive_seed(seed, "fluid", model_id))
+        used = int(sum(counts[model_id]))
+        out.append(_row(model_id, full[model_id], dist.rank, dist.interval, plan, used, total / used, "fixed"))
+    return out

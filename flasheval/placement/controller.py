@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from flasheval.hashing import derive_seed
+from flasheval.placement.allocation import neyman_cost_allocation, residual_spreads
 from flasheval.placement.scorers import ExampleScorer
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
@@ -346,9 +347,39 @@ def _score_new(scorer: ExampleScorer, names: tuple[str, ...], orders: list[tuple
             g.add(got.scores.astype(np.float64), got.n_tokens)
 
 
-def stage_targets(stage_size: int | None, sizes: list[int]) -> list[int]:
-    """Examples per dataset at a stage: ``stage_size`` capped by each dataset's size (all when ``None``)."""
-    return [n if stage_size is None else min(stage_size, n) for n in sizes]
+def stage_targets(stage_size: int | None, sizes: list[int], *, allocation: str = "uniform",
+                  spreads: list[float] | None = None, costs: list[float] | None = None,
+                  weights: list[float] | None = None, scored: list[int] | None = None,
+                  minimum: int = 0) -> list[int]:
+    """Examples per dataset at a stage.
+
+    ``uniform``: ``stage_size`` capped by each dataset's size (all when ``None``).
+    ``neyman-cost``: the uniform stage's cost ``sum_d costs[d] * min(stage_size, N_d)`` split by
+    :func:`flasheval.placement.allocation.neyman_cost_allocation` with ``spreads``, ``costs``
+    and ``weights``, never below what is already ``scored`` (nesting) nor below ``minimum``
+    (``place`` passes half the plan's first stage, so the first look is not forced to be uniform).
+    """
+    uniform = [n if stage_size is None else min(stage_size, n) for n in sizes]
+    if allocation == "uniform" or stage_size is None:
+        return uniform
+    if spreads is None:
+        raise ValueError("the neyman-cost allocation needs spreads")
+    c = [1.0] * len(sizes) if costs is None else list(costs)
+    done = [0] * len(sizes) if scored is None else list(scored)
+    lower = [max(s, min(minimum, stage_size)) for s in done]
+    return neyman_cost_allocation(float(np.dot(c, uniform)), sizes, spreads=spreads, costs=c, weights=weights,
+                                  lower=lower)
+
+
+def _allocation_inputs(reference: ReferenceLeaderboard, aggregate: str | None) -> dict[str, Any]:
+    """Spreads, per-example token costs (1 when unknown) and aggregate weights for ``neyman-cost``."""
+    tokens = reference.n_tokens
+    costs = None if any(t is None for t in tokens) else [max(float(t.mean()), 1e-9) for t in tokens]  # type: ignore[union-attr]
+    options = reference.aggregate_options(aggregate)
+    weights = None
+    if options["kind"] == "centered":
+        weights = [1.0 / (1.0 - float(options["random_baselines"][d])) for d in reference.dataset_names]
+    return {"spreads": residual_spreads(reference.scores), "costs": costs, "weights": weights}
 
 
 def place(
@@ -389,8 +420,10 @@ def place(
     records: list[StageRecord] = []
     dist: RankDistribution | None = None
     status, reason, look = "unresolved at budget", "", 0
+    split = {} if plan.allocation == "uniform" else {"allocation": plan.allocation, "minimum": max(1, (plan.stages[0] or 2) // 2),
+                                                      **_allocation_inputs(reference, aggregate)}
     for k, stage_size in enumerate(plan.stages):
-        targets = stage_targets(stage_size, sizes)
+        targets = stage_targets(stage_size, sizes, scored=[g.n for g in gathered], **split)
         if targets == [g.n for g in gathered]:
             continue  # this stage adds no example (datasets smaller than the stage)
         over = budget.exceeded_by(**dict(zip(("examples", "tokens", "flops"), _project(gathered, targets, n_parameters))))

@@ -35,6 +35,10 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
 ``estimator``
     ``control-variate`` (default) or ``paired``: how the new model's full-data mean is estimated
     from its subsample (see :mod:`flasheval.stats.bootstrap`).
+``allocation``
+    ``uniform`` (default: every dataset gets the stage's size) or ``neyman-cost`` (the same cost
+    per look split across datasets by Neyman allocation with per-example token costs; see
+    :mod:`flasheval.placement.allocation`).
 ``n_resamples``
     Bootstrap replicates per look.
 ``stages``
@@ -56,6 +60,7 @@ from typing import Any
 import yaml
 
 from flasheval.errors import ConfigError, UnknownNameError
+from flasheval.placement.allocation import ALLOCATIONS
 from flasheval.stats.bootstrap import ESTIMATORS
 
 __all__ = ["STOP_RULES", "CORRECTIONS", "Tier", "TierPlan", "load_tier_plan", "resolve_tier_plan"]
@@ -63,7 +68,7 @@ __all__ = ["STOP_RULES", "CORRECTIONS", "Tier", "TierPlan", "load_tier_plan", "r
 STOP_RULES: tuple[str, ...] = ("window", "interval", "flash_helm")
 CORRECTIONS: tuple[str, ...] = ("none", "bonferroni", "geometric")
 _PLAN_KEYS = ("name", "description", "stop_rule", "confidence_level", "correction", "estimator", "n_resamples",
-              "stages", "tiers", "pool_scale")
+              "stages", "tiers", "pool_scale", "allocation")
 _TIER_KEYS = ("ranks", "resolution", "stop_stage", "min_stage")
 
 
@@ -119,10 +124,14 @@ class TierPlan:
     description: str = ""
     pool_scale: int | None = None
     """Pool size (ranks) the tiers are written for; larger pools scale them (:meth:`for_pool`)."""
+    allocation: str = "uniform"
+    """How a look's examples are split across datasets (``uniform`` or ``neyman-cost``)."""
 
     def __post_init__(self) -> None:
         if self.pool_scale is not None and self.pool_scale < 2:
             raise ValueError(f"pool_scale must be >= 2, got {self.pool_scale}")
+        if self.allocation not in ALLOCATIONS:
+            raise UnknownNameError("allocation", self.allocation, ALLOCATIONS)
         if self.stop_rule not in STOP_RULES:
             raise UnknownNameError("stop_rule", self.stop_rule, STOP_RULES)
         if self.correction not in CORRECTIONS:
@@ -289,7 +298,7 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
         raise ConfigError(f"must be an integer >= 100, got {n_res!r}", path=path, field="n_resamples")
     stop_rule = str(raw["stop_rule"])
     for key, allowed, default in (("stop_rule", STOP_RULES, None), ("correction", CORRECTIONS, "none"),
-                                  ("estimator", ESTIMATORS, "control-variate")):
+                                  ("estimator", ESTIMATORS, "control-variate"), ("allocation", ALLOCATIONS, "uniform")):
         if raw.get(key, default) not in allowed:
             raise ConfigError(f"unknown value {raw.get(key)!r}", path=path, field=key, allowed=allowed)
     if not isinstance(raw["stages"], list) or not isinstance(raw["tiers"], list):
@@ -298,6 +307,7 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
         name=str(raw["name"]), description=str(raw.get("description", "")), stop_rule=stop_rule,
         confidence_level=float(level), correction=str(raw.get("correction", "none")), n_resamples=n_res,
         estimator=str(raw.get("estimator", "control-variate")), pool_scale=pool_scale,
+        allocation=str(raw.get("allocation", "uniform")),
         stages=tuple(_stage(s, path, f"stages[{i}]") for i, s in enumerate(raw["stages"])),
         tiers=tuple(_tier(t, i, path, stop_rule) for i, t in enumerate(raw["tiers"])),
     )

@@ -66,6 +66,7 @@ __all__ = [
     "rank_distribution",
     "control_variate_means",
     "floor_variance",
+    "rank_from_replicates",
     "ESTIMATORS",
 ]
 
@@ -380,6 +381,27 @@ def _cv_estimate(moments: np.ndarray, cbar_full: float) -> np.ndarray:
     cov = yc - ybar * cbar
     slope = np.divide(cov, var_c, out=np.zeros_like(cov), where=var_c > 1e-9)
     return ybar + slope * (cbar_full - cbar)
+
+
+def rank_from_replicates(observed: np.ndarray, replicates: np.ndarray, *, confidence_level: float = 0.95,
+                         kind: str = "mean", higher_is_better: bool = True, dataset_names: Sequence[str] = (),
+                         random_baselines: Mapping[str, float] | None = None) -> RankDistribution:
+    """Rank distribution of row 0 among the other rows from any replicates of per-dataset means.
+
+    ``observed`` is ``(n_models + 1, n_datasets)`` (row 0 the new model), ``replicates``
+    ``(n_resamples, n_models + 1, n_datasets)``, e.g. posterior draws of another estimator;
+    the interval is built exactly as :func:`rank_distribution` builds it.
+
+    Examples
+    --------
+    >>> obs = np.array([[0.5], [0.9], [0.1]])
+    >>> rank_from_replicates(obs, np.broadcast_to(obs, (10, 3, 1))).interval
+    (2, 2)
+    """
+    options = {"kind": kind, "higher_is_better": higher_is_better, "dataset_names": dataset_names,
+               "random_baselines": random_baselines}
+    direction = True if kind == "win_rate" else higher_is_better
+    return _rank_summary(observed, replicates, options, direction, confidence_level)
 
 
 def _rank_summary(observed: np.ndarray, replicates: np.ndarray, options: dict, direction: bool,
