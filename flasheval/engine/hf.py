@@ -577,7 +577,7 @@ def load_hf_backend(
         cannot be reached.
     """
     from flasheval.engine.base import SCORING_VERSION
-    from flasheval.engine.fingerprint import model_fingerprint, path_digest
+    from flasheval.engine.fingerprint import hub_commit, model_fingerprint, path_digest
 
     path = Path(target).expanduser()
     is_local = path.exists() or target.startswith(("/", ".", "~")) or gguf_file is not None
@@ -593,10 +593,16 @@ def load_hf_backend(
     model.to(torch_device)
     model.eval()
     resolved_max = int(max_length or getattr(model.config, "max_position_embeddings", None) or 2048)
+    commit = None
+    if not is_local:
+        commit = hub_commit(target, revision) or getattr(model.config, "_commit_hash", None)
+        if commit is None:
+            raise BackendError(f"cannot tell which commit of hub model {target!r} was loaded (no refs/"
+                               f"{revision or 'main'} in the hub cache); name one: hf:{target}@<commit>")
     fingerprint = model_fingerprint(
         source="local" if is_local else f"hub:{target}",
         content_digest=path_digest(path / gguf_file if gguf_file else path) if is_local else None,
-        revision=None if is_local else (getattr(model.config, "_commit_hash", None) or revision),
+        revision=commit,
         dtype=dtype_name,
         max_length=resolved_max,
         scoring_version=SCORING_VERSION,
