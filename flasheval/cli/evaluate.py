@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine import evaluate as evaluation
-from flasheval.engine import open_backend, parse_model_spec
+from flasheval.engine import n_parameters, open_backend, parse_model_spec
 from flasheval.engine.distributed import make_state
+from flasheval.engine.throughput import throughput
 from flasheval.errors import InputError
 from flasheval.placement.replay import replay_records
 from flasheval.records import write_record
@@ -101,6 +102,9 @@ def _write_outputs(
     accuracy = evaluation.accuracies(selections, scores)
     examples_path = evaluation.write_example_records(records, args.output, args.format)
     n_examples = sum(len(s.example_ids) for s in selections)
+    n_tokens = sum(evaluation.example_tokens(per_task[t][e], rs) for t, by_id in by_example.items() for e, rs in by_id.items())
+    speed = throughput(n_examples=n_examples, n_tokens=n_tokens, seconds=counts["scoring_seconds"],
+                       n_parameters=n_parameters(backend))
     payload = {
         "model": args.model,
         "fingerprint": backend.fingerprint,
@@ -110,7 +114,8 @@ def _write_outputs(
         "n_examples": n_examples,
         "n_requests": len(flat),
         **counts,
-        "examples_per_second": n_examples / counts["scoring_seconds"] if counts["scoring_seconds"] > 0 else None,
+        "n_parameters": n_parameters(backend),
+        **speed,
         "world_size": state.num_processes,
         "examples_file": examples_path.name,
     }
@@ -121,6 +126,9 @@ def _write_outputs(
         f"{n_examples} examples, {len(flat)} requests ({counts['n_requests_from_store']} from the store) in "
         f"{counts['scoring_seconds']:.1f}s on {state.num_processes} process(es); records: {examples_path}"
     )
+    if speed["flops_per_second"] is not None:
+        print(f"{speed['examples_per_second']:.2f} examples/s, {speed['tokens_per_second']:.0f} tokens/s, "
+              f"{speed['flops_per_second'] / 1e9:.1f} GFLOP/s (2 x parameters x tokens)")
     return 0
 
 
