@@ -48,7 +48,7 @@ __all__ = ["HFBackend", "load_hf_backend", "DTYPES", "SHARED_CONTEXT_FAMILIES"]
 
 logger = logging.getLogger(__name__)
 
-SHARED_CONTEXT_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gemma3", "phi3")
+SHARED_CONTEXT_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")
 """``config.model_type`` values whose shared-context, padded batches are tested equal to one unpadded
 forward pass per request (``tests/engine/test_architectures.py``), sliding windows included.
 Other families are scored one request per unpadded forward pass: exact, and slower."""
