@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,19 +49,27 @@ def run_tasks(lm: Any, task_names: Sequence[str], *, task_manager: Any = None, i
               num_fewshot: int | None = None, limit: float | None = None,
               samples: Mapping[str, Sequence[int]] | None = None, fewshot_seed: int = DEFAULT_FEWSHOT_SEED,
               log_samples: bool = True, evaluation_tracker: Any = None, model_args: str = "") -> dict[str, Any] | None:
-    """``lm_eval.simple_evaluate`` on ``lm`` (``None`` on processes other than the main one).
+    """``lm_eval.simple_evaluate`` on ``lm``; every process of an accelerate launch gets the results.
 
-    Bootstrap standard errors are skipped (``bootstrap_iters=0``): flasheval's own statistics
-    use the per-example scores.
+    lm-eval returns results on the main process only; under a launch they are broadcast so that
+    every process (each runs the same placement loop) sees the same scores. Bootstrap standard
+    errors are skipped (``bootstrap_iters=0``): flasheval's own statistics use the per-example scores.
     """
     lm_eval = require_lm_eval()
     manager = task_manager or make_task_manager(include_path)
     _check_task_names(task_names, manager)
-    return lm_eval.simple_evaluate(
+    results = lm_eval.simple_evaluate(
         model=lm, model_args=model_args, tasks=list(task_names), task_manager=manager, num_fewshot=num_fewshot,
         limit=limit, samples=None if samples is None else {k: list(map(int, v)) for k, v in samples.items()},
         fewshot_random_seed=fewshot_seed, log_samples=log_samples, bootstrap_iters=0,
         evaluation_tracker=evaluation_tracker)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from accelerate.utils import broadcast_object_list
+
+        box = [results]
+        broadcast_object_list(box, from_process=0)
+        results = box[0]
+    return results
 
 
 def example_scores(results: Mapping[str, Any], task_name: str, metric: str | None) -> dict[str, float]:
