@@ -17,7 +17,7 @@ import os
 import time
 from pathlib import Path
 
-from flasheval.cli._options import add_live_options
+from flasheval.cli._options import add_live_options, add_lmeval_live_options
 from flasheval.engine import check_model_files, n_parameters, open_cached_backend, parse_named_models
 from flasheval.errors import InputError
 from flasheval.placement.backtest import full_data_ranks
@@ -53,10 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate")
     parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/)")
     add_live_options(parser)
-    parser.add_argument("--include-path", "--include_path", dest="include_path",
-                        help="live on an lm-eval reference: custom task YAMLs (default: the reference's)")
-    parser.add_argument("--num-fewshot", "--num_fewshot", dest="num_fewshot", type=int,
-                        help="live on an lm-eval reference: default and only accepted value: the reference's")
+    add_lmeval_live_options(parser)
     parser.set_defaults(func=run)
 
 

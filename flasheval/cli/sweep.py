@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from flasheval.cli._options import add_live_options
+from flasheval.cli._options import add_live_options, add_lmeval_live_options
 from flasheval.engine import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
 from flasheval.placement.controller import Budget
@@ -43,6 +43,7 @@ from flasheval.placement.tiers import TierPlan, load_tier_plan
 from flasheval.records import slug, write_record
 from flasheval.reference import MISSING_POLICIES, ReferenceLeaderboard, load_reference
 from flasheval.reference.live import prepare_live
+from flasheval.reference.lmeval_live import is_lmeval_reference
 from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["register", "run", "run_live", "format_result"]
@@ -72,6 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
     parser.add_argument("--output", help="run folder (default: runs/sweep-<reference>/)")
     add_live_options(parser)
+    add_lmeval_live_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -207,8 +209,12 @@ def run_live(args: argparse.Namespace, specs: list[str], budget: Budget, plan: T
     store (``scores.jsonl``) serves finished examples on a rerun.
     """
     models = _parse_live(specs)
-    setup = prepare_live(load_reference(args.reference, missing=args.missing), seed=args.seed, dtype=args.dtype,
-                         task_dir=args.task_dir)
+    loaded = load_reference(args.reference, missing=args.missing)
+    if is_lmeval_reference(loaded):
+        from flasheval.cli._lmeval_sweep import run_lmeval_sweep
+
+        return run_lmeval_sweep(args, models, loaded, budget, plan, format_result=format_result)
+    setup = prepare_live(loaded, seed=args.seed, dtype=args.dtype, task_dir=args.task_dir)
     full = restrict(setup.reference, args.datasets)
     held = [m.model_id for m in models if m.model_id in full.model_ids]
     pool = full

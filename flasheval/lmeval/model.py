@@ -23,17 +23,18 @@ from flasheval.errors import InputError
 from flasheval.lmeval._install import require_lm_eval
 from flasheval.types import GenerationRequest, LoglikelihoodRequest, RollingLoglikelihoodRequest
 
-__all__ = ["FlashevalLM"]
+__all__ = ["FlashevalLM", "OnlyDocsLM"]
 
 logger = logging.getLogger(__name__)
 
 
-def _register() -> None:
+def _register_class(cls: type) -> None:
+    """Make ``cls`` a virtual subclass of lm-eval's ``LM`` (``simple_evaluate`` checks ``isinstance``)."""
     require_lm_eval()
     from lm_eval.api.model import LM
 
-    if not issubclass(FlashevalLM, LM):
-        LM.register(FlashevalLM)
+    if not issubclass(cls, LM):
+        LM.register(cls)
 
 
 class FlashevalLM:
@@ -58,7 +59,7 @@ class FlashevalLM:
 
     def __init__(self, backend: Backend, *, tokenizer: Any = None, max_length: int | None = None,
                  model_id: str = "flasheval") -> None:
-        _register()
+        _register_class(FlashevalLM)
         from lm_eval.api.model import CacheHook
 
         self._backend = backend
@@ -121,6 +122,57 @@ class FlashevalLM:
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         raise InputError("chat templates are not supported by the flasheval bridge", field="--apply_chat_template")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        return None
+
+
+class OnlyDocsLM:
+    """An lm-eval model that answers only the requests of chosen docs and a placeholder for the rest.
+
+    lm-eval draws each doc's few-shot examples from one random stream per task, in doc order, so
+    a doc's prompt depends on the docs before it. Running the whole task through this wrapper
+    builds every prompt exactly as a full run does, while the model scores only ``docs``; the
+    other docs' metrics are meaningless and must be ignored.
+
+    Parameters
+    ----------
+    lm
+        The model that answers the chosen docs' requests.
+    docs
+        ``{task_name: doc ids}`` to answer.
+    """
+
+    def __init__(self, lm: Any, docs: dict[str, set[int]]) -> None:
+        _register_class(OnlyDocsLM)
+        self._lm = lm
+        self._docs = docs
+        self.tokenizer = getattr(lm, "tokenizer", None)
+        self.max_length = getattr(lm, "max_length", None)
+        self.cache_hook = getattr(lm, "cache_hook", None)
+
+    rank = 0
+    world_size = 1
+
+    def _wanted(self, instance: Any) -> bool:
+        return int(instance.doc_id) in self._docs.get(str(instance.task_name), ())
+
+    def _answer(self, method: str, requests: Sequence[Any], placeholder: Any) -> list[Any]:
+        wanted = [r for r in requests if self._wanted(r)]
+        answers = iter(getattr(self._lm, method)(wanted) if wanted else [])
+        return [next(answers) if self._wanted(r) else placeholder for r in requests]
+
+    def loglikelihood(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        return self._answer("loglikelihood", requests, (0.0, False))
+
+    def loglikelihood_rolling(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[float]:
+        return self._answer("loglikelihood_rolling", requests, 0.0)
+
+    def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
+        return self._answer("generate_until", requests, "")
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self._lm.apply_chat_template(chat_history, add_generation_prompt)
 
     def chat_template(self, chat_template: bool | str = False) -> str | None:
         return None

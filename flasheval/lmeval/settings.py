@@ -20,7 +20,7 @@ from flasheval.errors import InputError
 from flasheval.hashing import stable_hash
 
 __all__ = ["LMEVAL_KIND", "DEFAULT_METRICS", "TaskSettings", "LmEvalSettings", "config_digest", "settings_from_results",
-           "pick_metric"]
+           "pick_metric", "prompt_hashes", "differing_keys"]
 
 LMEVAL_KIND = "lm-eval"
 """``build["kind"]`` of a reference whose tasks are lm-eval tasks."""
@@ -74,10 +74,14 @@ class TaskSettings:
     """lm-eval's few-shot sampler seed (``--seed``'s fourth value; 1234 by default)."""
     metric: str
     """The per-example metric taken as the score."""
+    prompt_hashes: Mapping[str, str] = field(default_factory=dict)
+    """Per doc id, the first 12 hex digits of lm-eval's ``prompt_hash`` (the full first prompt, few-shot
+    examples included): a live run must rebuild exactly these prompts."""
 
     def to_json(self) -> dict[str, Any]:
         return {"config": dict(self.config), "config_digest": self.config_digest, "task_version": self.task_version,
-                "num_fewshot": self.num_fewshot, "fewshot_seed": self.fewshot_seed, "metric": self.metric}
+                "num_fewshot": self.num_fewshot, "fewshot_seed": self.fewshot_seed, "metric": self.metric,
+                "prompt_hashes": dict(self.prompt_hashes)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,7 +110,8 @@ class LmEvalSettings:
         try:
             tasks = {name: TaskSettings(task_name=name, config=t["config"], config_digest=t["config_digest"],
                                         task_version=str(t["task_version"]), num_fewshot=int(t["num_fewshot"]),
-                                        fewshot_seed=t["fewshot_seed"], metric=t["metric"])
+                                        fewshot_seed=t["fewshot_seed"], metric=t["metric"],
+                                        prompt_hashes=t.get("prompt_hashes", {}))
                      for name, t in data["tasks"].items()}
             return cls(tasks=tasks, lm_eval_version=str(data["lm_eval_version"]),
                        include_path=data.get("include_path", ""), models=data.get("models", {}))
@@ -123,11 +128,24 @@ def pick_metric(sample: Mapping[str, Any], metric: str | None) -> str | None:
     return None
 
 
+PROMPT_HASH_CHARS = 12
+
+
+def prompt_hashes(samples: Any) -> dict[str, str]:
+    """``{doc id: prompt hash prefix}`` of one task's logged samples (first row of each doc)."""
+    out: dict[str, str] = {}
+    for row in samples:
+        if "prompt_hash" in row:
+            out.setdefault(str(row["doc_id"]), str(row["prompt_hash"])[:PROMPT_HASH_CHARS])
+    return out
+
+
 def settings_from_results(results: Mapping[str, Any], tasks: Mapping[str, str], *, where: str,
-                          include_path: str = "") -> LmEvalSettings:
+                          include_path: str = "", hashes: Mapping[str, Mapping[str, str]] | None = None) -> LmEvalSettings:
     """Settings of ``tasks`` (``{task: metric}``) from an lm-eval results dict (``results_*.json``).
 
-    The few-shot seed is the run's ``config.fewshot_seed``; the version, ``lm_eval_version``.
+    The few-shot seed is the run's ``config.fewshot_seed``; the version, ``lm_eval_version``; the
+    prompt hashes, ``hashes`` or else the results' own ``samples``.
     """
     try:
         configs, versions, shots = results["configs"], results.get("versions", {}), results.get("n-shot", {})
@@ -139,7 +157,9 @@ def settings_from_results(results: Mapping[str, Any], tasks: Mapping[str, str], 
             out[name] = TaskSettings(task_name=name, config=config, config_digest=config_digest(config),
                                      task_version=str(versions.get(name, "")),
                                      num_fewshot=int(shots.get(name, config.get("num_fewshot") or 0)),
-                                     fewshot_seed=seed, metric=metric)
+                                     fewshot_seed=seed, metric=metric,
+                                     prompt_hashes=(hashes or {}).get(name)
+                                     or prompt_hashes(results.get("samples", {}).get(name, ())))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"cannot read the task settings ({type(exc).__name__}: {exc})", path=where,
                          field="configs") from None

@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from flasheval.errors import InputError, UnknownNameError
-from flasheval.lmeval.settings import DEFAULT_METRICS, LmEvalSettings, pick_metric, settings_from_results
+from flasheval.lmeval.settings import DEFAULT_METRICS, LmEvalSettings, pick_metric, prompt_hashes, settings_from_results
 
 __all__ = ["IMPORT_FORMATS", "read_long_parquet", "read_lm_eval_samples", "read_lm_eval_settings"]
 
@@ -136,12 +136,12 @@ def read_lm_eval_samples(folder: str | Path, *, metric: str | None = None) -> pd
     return pd.DataFrame(rows)
 
 
-def _first_sample(path: Path) -> dict[str, Any]:
+def _samples(path: Path) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                return json.loads(line)
-    raise InputError("no samples", path=path)
+        rows = [json.loads(line) for line in fh if line.strip()]
+    if not rows:
+        raise InputError("no samples", path=path)
+    return rows
 
 
 def read_lm_eval_settings(folder: str | Path, *, metric: str | None = None,
@@ -164,8 +164,10 @@ def read_lm_eval_settings(folder: str | Path, *, metric: str | None = None,
             results = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise InputError("not valid JSON", path=path) from None
-        metrics = {task: pick_metric(_first_sample(f), metric) or "" for task, (_, f) in latest.items()}
-        settings = settings_from_results(results, metrics, where=str(path), include_path=include_path)
+        samples = {task: _samples(f) for task, (_, f) in latest.items()}
+        metrics = {task: pick_metric(rows[0], metric) or "" for task, rows in samples.items()}
+        settings = settings_from_results(results, metrics, where=str(path), include_path=include_path,
+                                         hashes={task: prompt_hashes(rows) for task, rows in samples.items()})
         if found is None:
             found, first = settings, str(path)
             continue
@@ -176,4 +178,8 @@ def read_lm_eval_settings(folder: str | Path, *, metric: str | None = None,
             if not same or settings.lm_eval_version != found.lm_eval_version:
                 raise InputError(f"task {task} was run with other settings (config, few-shot or lm-eval version) than "
                                  f"in {first}; the models' scores would not be paired", path=path, field="configs")
+            if any(pinned.prompt_hashes.get(d, h) != h for d, h in other.prompt_hashes.items()):
+                raise InputError(f"task {task}: some prompts differ from those in {first} (other few-shot examples, "
+                                 "e.g. a different number of processes); the scores would not be paired", path=path,
+                                 field="prompt_hash")
     return found, ""

@@ -113,6 +113,7 @@ def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[st
     on the same docs with the same settings, which the returned :class:`LmEvalSettings` pins.
     """
     from flasheval.lmeval.loading import open_lmeval_model
+    from flasheval.lmeval.model import OnlyDocsLM
     from flasheval.lmeval.tasks import example_scores, make_task_manager, run_tasks
 
     check_model_files(models)
@@ -124,12 +125,19 @@ def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[st
     for model in models:
         start = time.perf_counter()
         opened = open_lmeval_model(model, store_dir, dtype=dtype, device=device, batch_size=batch_size)
+        # Every prompt as in a full run of the task (lm-eval draws few-shot examples in doc order);
+        # with --n-examples the model answers only the selected docs.
+        lm = opened.lm if samples is None else OnlyDocsLM(opened.lm, {t: set(ids) for t, ids in samples.items()})
         try:
-            results = run_tasks(opened.lm, task_names, task_manager=manager, num_fewshot=num_fewshot,
-                                samples=samples, fewshot_seed=fewshot_seed)
+            results = run_tasks(lm, task_names, task_manager=manager, num_fewshot=num_fewshot, fewshot_seed=fewshot_seed)
         finally:
             opened.close()
-        assert results is not None  # run_tasks shares the results with every process
+        if results is None:
+            raise InputError(f"lm-eval returned no results for {model.model_id}")
+        selected = None if samples is None else {t: {str(i) for i in ids} for t, ids in samples.items()}
+        for task in task_names:
+            results["samples"][task] = [r for r in results["samples"][task]
+                                        if selected is None or str(r["doc_id"]) in selected[task]]
         metrics = {t: pick_metric(results["samples"][t][0], metric) or "" for t in task_names}
         settings = settings_from_results(results, metrics, where=model.model_id, include_path=include_path or "")
         for task in task_names:
@@ -142,7 +150,8 @@ def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[st
         del opened
         gc.collect()
         logger.info("%s: scored in %.1f s", model.model_id, seconds[model.model_id])
-    assert settings is not None
+    if settings is None:
+        raise InputError("no model to score", field="--models")
     settings = LmEvalSettings(tasks=settings.tasks, lm_eval_version=settings.lm_eval_version,
                               include_path=settings.include_path, models=fingerprints)
     return LmEvalBuild(settings=settings, frame=pd.DataFrame(rows), seconds=seconds, computed=computed)

@@ -80,7 +80,7 @@ def test_live_placement_scores_only_new_docs_through_lm_eval(world, lm_eval):
     from flasheval.lmeval.tasks import example_scores, run_tasks
 
     assert _place(world) == 0
-    live = read_record(world["root"] / "place" / "place.json")["payload"]["live"]
+    live = read_record(world["root"] / "place" / "place.json").payload["live"]
     ref = load_reference(world["ref"])
     for d, task in enumerate(ref.dataset_names):
         asked = [i for a in live["asked"] if a["task_name"] == task for i in a["example_ids"]]
@@ -95,7 +95,7 @@ def test_live_placement_scores_only_new_docs_through_lm_eval(world, lm_eval):
 
 def test_placing_again_computes_nothing(world, capsys):
     assert _place(world) == 0
-    assert read_record(world["root"] / "place" / "place.json")["payload"]["live"]["requests_computed"] == 0
+    assert read_record(world["root"] / "place" / "place.json").payload["live"]["requests_computed"] == 0
 
 
 def _error_line(capsys) -> str:
@@ -150,3 +150,14 @@ def test_reference_build_engine_lm_eval(world):
     for d in range(len(TASKS)):
         cols = [imported.example_ids[d].index(i) for i in built.example_ids[d]]
         assert list(built.scores[d][built.index("m0")]) == list(imported.scores[d][imported.index(m0)][cols])
+
+
+def test_sweep_on_an_lm_eval_reference(world):
+    out = world["root"] / "sweep"
+    assert main(["sweep", "--models", f"third=hf:{world['tiny']['m1']}", "--reference", str(world["ref"]),
+                 "--tiers", str(world["plan"]), "--output", str(out), "--device", "cpu"]) == 0
+    record = read_record(out / "sweep.json").payload
+    asked = record["live"]["checkpoints"]["third"]["asked"]
+    assert record["live"]["engine"] == "lm-eval" and asked
+    ids = [(a["task_name"], i) for a in asked for i in a["example_ids"]]
+    assert len(ids) == len(set(ids))  # never the same doc twice
