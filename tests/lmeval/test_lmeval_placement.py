@@ -155,7 +155,7 @@ def test_reference_build_engine_lm_eval(world):
 def test_sweep_on_an_lm_eval_reference(world):
     out = world["root"] / "sweep"
     assert main(["sweep", "--models", f"third=hf:{world['tiny']['m1']}", "--reference", str(world["ref"]),
-                 "--tiers", str(world["plan"]), "--output", str(out), "--device", "cpu"]) == 0
+                 "--tiers", str(world["plan"]), "--output", str(out), "--device", "cpu", "--budget-examples", "16"]) == 0
     record = read_record(out / "sweep.json").payload
     asked = record["live"]["checkpoints"]["third"]["asked"]
     assert record["live"]["engine"] == "lm-eval" and asked
