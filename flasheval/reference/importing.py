@@ -148,8 +148,8 @@ def read_lm_eval_settings(folder: str | Path, *, metric: str | None = None,
                           include_path: str = "") -> tuple[LmEvalSettings | None, str]:
     """What a live placement must reproduce, from the ``results_*.json`` beside the samples.
 
-    Returns ``(settings, "")``, or ``(None, reason)`` when a model folder has no results file
-    (the reference then serves replay only). Models whose task configs, few-shot settings or
+    Returns ``(settings, "")``, or ``(None, reason)`` when a model folder has no results file, or
+    one without task configs or lm-eval version (the reference then serves replay only). Models whose task configs, few-shot settings or
     lm-eval versions differ are refused: their scores would not be paired.
     """
     found: LmEvalSettings | None = None
@@ -164,6 +164,9 @@ def read_lm_eval_settings(folder: str | Path, *, metric: str | None = None,
             results = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise InputError("not valid JSON", path=path) from None
+        unconfigured = sorted(t for t in latest if t not in (results.get("configs") or {}))
+        if unconfigured or not results.get("lm_eval_version"):
+            return None, f"{path} records no task config or lm-eval version for {', '.join(unconfigured) or 'the run'}"
         samples = {task: _samples(f) for task, (_, f) in latest.items()}
         metrics = {task: pick_metric(rows[0], metric) or "" for task, rows in samples.items()}
         settings = settings_from_results(results, metrics, where=str(path), include_path=include_path,
