@@ -53,9 +53,13 @@ def test_command_writes_lm_evals_files_and_resumes(tiny, lmeval_tasks, tmp_path,
     assert _run(tiny, lmeval_tasks, tmp_path / "again", "--store", str(tmp_path / "store")) == 0
     assert " 0 computed" in capsys.readouterr().out
     assert (out / "m3").is_dir() and list((out / "m3").glob("results_*.json"))
-    frame = read_lm_eval_samples(out)  # lm-eval's own layout: importable as a reference's logs
-    assert set(frame["dataset"]) == {"synth_arith", "synth_story"} and set(frame["model"]) == {"m3"}
     assert _samples(out) == _samples(tmp_path / "again")
+    assert {f.name.split("_2")[0] for f in (out / "m3").glob("samples_*.jsonl")} == {
+        "samples_synth_arith", "samples_synth_story", "samples_synth_text"}
+    # lm-eval's own layout: importable as a reference's logs (a perplexity task has no per-sample score)
+    next((out / "m3").glob("samples_synth_text_*.jsonl")).unlink()
+    frame = read_lm_eval_samples(out)
+    assert set(frame["dataset"]) == {"synth_arith", "synth_story"} and set(frame["model"]) == {"m3"}
 
 
 @pytest.mark.slow
