@@ -50,7 +50,8 @@ def build_lmeval(args: argparse.Namespace) -> int:
                     metric=f"per-example lm-eval metric ({', '.join(metrics)})", aggregate="mean",
                     built_with="flasheval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
                     build=result.settings.to_json(),
-                    notes="Built through lm-eval's task code; place live models with the same lm-eval version and tasks.")
+                    notes="Built through lm-eval's task code; place live models with the same lm-eval version "
+                          "and tasks.")
     ref = load_reference(out)
     print(f"wrote {out}: {ref.n_models} models x {len(ref.dataset_names)} lm-eval tasks, "
           f"{sum(len(e) for e in ref.example_ids)} examples per model, in {time.perf_counter() - start:.0f} s")

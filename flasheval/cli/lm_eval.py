@@ -34,7 +34,8 @@ def add_lm_eval_task_options(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("lm-eval", help="run lm-evaluation-harness tasks with flasheval's engine as the model")
+    parser = subparsers.add_parser("lm-eval",
+                                   help="run lm-evaluation-harness tasks with flasheval's engine as the model")
     parser.add_argument("--model", required=True, metavar="[NAME=]SPEC", help="gguf:FILE or hf:PATH_OR_ID")
     parser.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
     add_lm_eval_task_options(parser)

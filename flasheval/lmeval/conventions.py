@@ -165,7 +165,8 @@ class LmEvalConventionBackend:
         """``TemplateLM.loglikelihood``'s context / continuation tokens, truncated as ``HFLM`` does."""
         if context == "":
             cont = self.tok_encode(continuation, add_special_tokens=False)
-            ctx, cont = ([self.prefix_token_id], cont) if cont and cont[0] != self.prefix_token_id else (cont[:1], cont[1:])
+            starts_with_prefix = bool(cont) and cont[0] == self.prefix_token_id
+            ctx, cont = (cont[:1], cont[1:]) if starts_with_prefix else ([self.prefix_token_id], cont)
         else:
             n_spaces = len(context) - len(context.rstrip())
             if n_spaces:

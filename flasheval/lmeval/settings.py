@@ -141,7 +141,8 @@ def prompt_hashes(samples: Any) -> dict[str, str]:
 
 
 def settings_from_results(results: Mapping[str, Any], tasks: Mapping[str, str], *, where: str,
-                          include_path: str = "", hashes: Mapping[str, Mapping[str, str]] | None = None) -> LmEvalSettings:
+                          include_path: str = "",
+                          hashes: Mapping[str, Mapping[str, str]] | None = None) -> LmEvalSettings:
     """Settings of ``tasks`` (``{task: metric}``) from an lm-eval results dict (``results_*.json``).
 
     The few-shot seed is the run's ``config.fewshot_seed``; the version, ``lm_eval_version``; the

@@ -86,7 +86,8 @@ def example_scores(results: Mapping[str, Any], task_name: str, metric: str | Non
         value = row.get(name) if name else None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             present = sorted(k for k, v in row.items() if isinstance(v, (int, float)) and k != "doc_id")
-            raise InputError(f"task {task_name}: doc {doc_id} has no numeric metric {metric or 'acc/exact_match/acc_norm'}",
+            wanted = metric or "acc/exact_match/acc_norm"
+            raise InputError(f"task {task_name}: doc {doc_id} has no numeric metric {wanted}",
                              field="metric", allowed=present)
         scores[doc_id] = float(value)
     return scores

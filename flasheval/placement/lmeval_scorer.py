@@ -84,7 +84,8 @@ class LmEvalScorer:
         missing = [i for i in example_ids if i not in by_id]
         if missing:
             raise InputError(f"lm-eval returned no score for docs {missing[:5]} of {task_name}", field="samples")
-        self._check_prompts(task_name, set(example_ids), prompt_hashes(results["samples"][task_name]))  # type: ignore[index]
+        built = prompt_hashes(results["samples"][task_name])  # type: ignore[index]
+        self._check_prompts(task_name, set(example_ids), built)
         self.scored += [(task_name, i, by_id[i]) for i in example_ids]
         logger.info("scored %d docs of %s through lm-eval", len(example_ids), task_name)
         return ScoredExamples(scores=np.array([by_id[i] for i in example_ids], dtype=np.float64))

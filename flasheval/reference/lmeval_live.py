@@ -99,7 +99,8 @@ def _selected_docs(task_names: Sequence[str], include_path: str | None, *, n_exa
     selected = {}
     for name in task_names:
         ids = [str(i) for i in range(len(loaded[name].eval_docs))]
-        selected[name] = sorted(int(i) for i in nested_prefix(example_order(ids, seed=seed, task_name=name), n_examples))
+        order = example_order(ids, seed=seed, task_name=name)
+        selected[name] = sorted(int(i) for i in nested_prefix(order, n_examples))
     return selected
 
 
@@ -129,7 +130,8 @@ def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[st
         # with --n-examples the model answers only the selected docs.
         lm = opened.lm if samples is None else OnlyDocsLM(opened.lm, {t: set(ids) for t, ids in samples.items()})
         try:
-            results = run_tasks(lm, task_names, task_manager=manager, num_fewshot=num_fewshot, fewshot_seed=fewshot_seed)
+            results = run_tasks(lm, task_names, task_manager=manager, num_fewshot=num_fewshot,
+                                fewshot_seed=fewshot_seed)
         finally:
             opened.close()
         if results is None:
