@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("stats",),       # numpy/scipy only
     ("tasks",),       # formats, prompts, suites, scoring of an example
     ("engine",),      # backends, store, journal, data parallelism, evaluate
+    ("lmeval",),      # the lm-evaluation-harness bridge: lm-eval's conventions on the engine, lm-eval tasks
     ("reference",),   # the reference data model, import, live build
     ("placement",),   # scorers, tiers, controller, sweep, backtest, simulation, DIoR
     ("scaling",),     # scaling-law fits and their run tables

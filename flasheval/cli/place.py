@@ -17,7 +17,7 @@ import os
 import time
 from pathlib import Path
 
-from flasheval.cli._options import add_live_options
+from flasheval.cli._options import add_live_options, add_lmeval_live_options
 from flasheval.engine import check_model_files, n_parameters, open_cached_backend, parse_named_models
 from flasheval.errors import InputError
 from flasheval.placement.backtest import full_data_ranks
@@ -28,6 +28,7 @@ from flasheval.placement.tiers import load_tier_plan
 from flasheval.records import slug, write_record
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.reference.live import prepare_live
+from flasheval.reference.lmeval_live import is_lmeval_reference
 from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["register", "run", "run_live", "DEFAULT_REPLAY_MODEL", "format_summary", "check_numbers"]
@@ -52,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate (> 0)")
     parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/)")
     add_live_options(parser)
+    add_lmeval_live_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -118,8 +120,12 @@ def run_live(args: argparse.Namespace) -> int:
     """``place`` for a model that runs now (``gguf:FILE`` / ``hf:PATH_OR_ID``) on a built reference."""
     model = parse_named_models([args.model], field="--model")[0]
     check_model_files([model], field="--model")
-    setup = prepare_live(load_reference(args.reference, missing=args.missing), seed=args.seed, dtype=args.dtype,
-                         task_dir=args.task_dir)
+    loaded = load_reference(args.reference, missing=args.missing)
+    if is_lmeval_reference(loaded):
+        from flasheval.cli._lmeval_place import run_lmeval_live
+
+        return run_lmeval_live(args, model, loaded, format_summary=format_summary)
+    setup = prepare_live(loaded, seed=args.seed, dtype=args.dtype, task_dir=args.task_dir)
     reference, settings, seed, dtype = setup.reference, setup.settings, setup.seed, setup.dtype
     tasks, task_dir = setup.tasks, setup.task_dir
     if model.model_id in reference.model_ids:

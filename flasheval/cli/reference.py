@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flasheval.cli.lm_eval import add_lm_eval_task_options
 from flasheval.engine import parse_named_models
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.errors import InputError
@@ -20,6 +21,7 @@ from flasheval.reference import (
     MISSING_POLICIES,
     load_reference,
     read_lm_eval_samples,
+    read_lm_eval_settings,
     read_long_parquet,
     references_root,
     write_reference,
@@ -50,6 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--lower-is-better", action="store_true")
     imp.add_argument("--aggregate", default="mean", choices=AGGREGATES)
     imp.add_argument("--random-baselines", help="JSON file {dataset: chance score} for the centered aggregate")
+    imp.add_argument("--include-path", "--include_path", dest="include_path",
+                     help="lm-eval-samples: folder of the custom task YAMLs the logs were made with (recorded as "
+                     "the default for live placement)")
     imp.add_argument("--notes", default="")
     imp.add_argument("--force", action="store_true", help="overwrite an existing reference folder")
     imp.set_defaults(func=run)
@@ -72,9 +77,15 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p = sub.add_parser("build", help="score real models on a task suite and write a reference from them")
     p.add_argument("--models", nargs="+", required=True, metavar="[NAME=]SPEC",
                    help="gguf:FILE or hf:PATH_OR_ID, optionally named NAME=SPEC")
-    p.add_argument("--suite", required=True, help="task suite (flasheval tasks list), e.g. dclm-core")
-    p.add_argument("--task-dir", required=True, help="folder holding the task files (llm-foundry local_data layout)")
-    p.add_argument("--tasks", help="comma-separated subset of the suite's tasks (default: all of them)")
+    p.add_argument("--engine", choices=("flasheval", "lm-eval"), default="flasheval",
+                   help="flasheval: DCLM-format task suites; lm-eval: lm-evaluation-harness tasks (--tasks, "
+                   "--include_path, --num_fewshot) scored through flasheval's engine (default: %(default)s)")
+    p.add_argument("--suite", help="task suite (flasheval tasks list), e.g. dclm-core (engine flasheval)")
+    p.add_argument("--task-dir", help="folder holding the task files (llm-foundry local_data layout; engine flasheval)")
+    p.add_argument("--tasks", help="comma-separated subset of the suite's tasks (default: all of them); "
+                   "engine lm-eval: the lm-eval task names")
+    add_lm_eval_task_options(p)
+    p.add_argument("--metric", help="engine lm-eval: per-sample metric (default: acc, exact_match, acc_norm)")
     p.add_argument("--n-examples", type=int, help="examples per task: the first N of the seeded order (default: all)")
     p.add_argument("--seed", type=int, default=1234, help="fixes example order and few-shot sets (default: %(default)s)")
     p.add_argument("--dtype", default="float32", choices=BUILD_DTYPES, help="pinned in the reference (default: %(default)s)")
@@ -104,6 +115,13 @@ def _task_names(args: argparse.Namespace) -> tuple[str, ...]:
 def _build(args: argparse.Namespace) -> int:
     if args.n_examples is not None and args.n_examples < 1:
         raise InputError(f"must be >= 1, got {args.n_examples}", field="--n-examples")
+    if args.engine == "lm-eval":
+        from flasheval.cli._lmeval_build import build_lmeval
+
+        return build_lmeval(args)
+    for option in ("suite", "task_dir"):
+        if not getattr(args, option):
+            raise InputError("required with --engine flasheval", field=f"--{option.replace('_', '-')}")
     models = parse_named_models(args.models)
     task_names = _task_names(args)
     out = references_root(args.output_root) / args.name
@@ -138,10 +156,16 @@ def _report_build(args: argparse.Namespace, result: Any, tasks: Any, out: Path, 
 
 
 def _import(args: argparse.Namespace) -> int:
+    build, note = None, ""
     if args.format == "long-parquet":
         frame = read_long_parquet(args.source_path, suite=args.suite)
     else:
         frame = read_lm_eval_samples(args.source_path, metric=args.metric)
+        include = str(Path(args.include_path).resolve()) if args.include_path else ""
+        settings, why = read_lm_eval_settings(args.source_path, metric=args.metric, include_path=include)
+        build = None if settings is None else settings.to_json()
+        note = (f"; lm-eval {settings.lm_eval_version} task settings recorded: live models can be placed"
+                if settings else f"; no task settings ({why}): replay only")
     baselines = None
     if args.random_baselines:
         try:
@@ -155,10 +179,11 @@ def _import(args: argparse.Namespace) -> int:
         f" --suite {args.suite}" if args.suite else "") + (f" --metric {args.metric}" if args.metric else "")
     write_reference(out, frame, name=args.name, source=args.source or str(args.source_path), licence=args.licence,
                     metric=args.metric_description or args.metric or "score", higher_is_better=not args.lower_is_better,
-                    aggregate=args.aggregate, random_baselines=baselines, built_with=built, notes=args.notes)
+                    aggregate=args.aggregate, random_baselines=baselines, built_with=built, build=build,
+                    notes=args.notes)
     ref = load_reference(out)
     print(f"wrote {out}: {ref.n_models} models, {len(ref.dataset_names)} datasets, "
-          f"{sum(len(e) for e in ref.example_ids)} examples; excluded {len(ref.excluded)}")
+          f"{sum(len(e) for e in ref.example_ids)} examples; excluded {len(ref.excluded)}{note}")
     return 0
 
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from flasheval.cli._options import add_live_options
+from flasheval.cli._options import add_live_options, add_lmeval_live_options
 from flasheval.engine import NamedModel, check_model_files, parse_named_models
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.errors import InputError
@@ -48,6 +48,7 @@ from flasheval.placement.tiers import TierPlan, load_tier_plan
 from flasheval.records import slug, write_record
 from flasheval.reference import MISSING_POLICIES, ReferenceLeaderboard, load_reference
 from flasheval.reference.live import prepare_live
+from flasheval.reference.lmeval_live import is_lmeval_reference
 from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["register", "run", "run_live", "format_result"]
@@ -80,6 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-loaded", type=int, default=1, metavar="N",
                         help="live: most checkpoints held in memory at once; the least recently used is unloaded "
                              "(finished examples are never recomputed) (default: %(default)s)")
+    add_lmeval_live_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -219,8 +221,12 @@ def run_live(args: argparse.Namespace, specs: list[str], budget: Budget, plan: T
     if args.max_loaded < 1:
         raise InputError(f"must be >= 1, got {args.max_loaded}", field="--max-loaded")
     models = _parse_live(specs)
-    setup = prepare_live(load_reference(args.reference, missing=args.missing), seed=args.seed, dtype=args.dtype,
-                         task_dir=args.task_dir)
+    loaded = load_reference(args.reference, missing=args.missing)
+    if is_lmeval_reference(loaded):
+        from flasheval.cli._lmeval_sweep import run_lmeval_sweep
+
+        return run_lmeval_sweep(args, models, loaded, budget, plan, format_result=format_result)
+    setup = prepare_live(loaded, seed=args.seed, dtype=args.dtype, task_dir=args.task_dir)
     full = restrict(setup.reference, args.datasets)
     held = [m.model_id for m in models if m.model_id in full.model_ids]
     pool = full

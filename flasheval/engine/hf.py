@@ -228,6 +228,46 @@ class HFBackend:
         batches = self._batches(self._groups(self._items(requests)))
         return [tuple(item.index for group in batch for item in group.items) for batch in batches]
 
+    @property
+    def tokenizer(self) -> Any:
+        """The model's Hugging Face tokenizer, for callers that tokenize by another harness's rules."""
+        return self._tokenizer
+
+    def _token_items(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[_Item]:
+        items = []
+        for index, (context, continuation) in enumerate(pairs):
+            if not context or not continuation:
+                raise BackendError(f"token pair {index} has an empty context or continuation")
+            items.append(_Item(index, tuple(context), tuple(continuation)))
+        return items
+
+    def loglikelihood_tokens(
+        self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, on_results: OnResults | None = None
+    ) -> list[tuple[float, bool]]:
+        """``(log-likelihood, is_greedy)`` of already tokenized ``(context ids, continuation ids)`` pairs.
+
+        For callers that tokenize by another harness's rules (the lm-eval bridge). Batching,
+        shared contexts and left truncation are those of :meth:`loglikelihood`; ``on_results``
+        receives ``(pair index, (log-likelihood, is_greedy))`` pairs as each batch finishes.
+        """
+        results: list[tuple[float, bool] | None] = [None] * len(pairs)
+
+        def finish(scored: list[tuple[_Item, float, bool]]) -> None:
+            done = []
+            for item, logprob, greedy in scored:
+                results[item.index] = (logprob, greedy)
+                done.append((item.index, results[item.index]))
+            if on_results is not None:
+                on_results(done)  # type: ignore[arg-type]
+
+        self._score_items(self._token_items(pairs), finish)
+        return results  # type: ignore[return-value]
+
+    def plan_token_batches(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[tuple[int, ...]]:
+        """Pair indices of each forward batch :meth:`loglikelihood_tokens` runs (see :meth:`plan_batches`)."""
+        batches = self._batches(self._groups(self._token_items(pairs)))
+        return [tuple(item.index for group in batch for item in group.items) for batch in batches]
+
     # ------------------------------------------------------------------ scoring
     def loglikelihood(
         self, requests: Sequence[LoglikelihoodRequest], *, on_results: OnResults | None = None

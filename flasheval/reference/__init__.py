@@ -4,13 +4,14 @@
   one reader and writer of reference folders, and their validation;
 * :mod:`~flasheval.reference.importing`   — other formats in (a long parquet table, lm-eval ``--log_samples``);
 * :mod:`~flasheval.reference.build`       — build a reference by scoring real models on a task suite;
-* :mod:`~flasheval.reference.live`        — what a built reference pins, and the check that a live run reproduces it.
+* :mod:`~flasheval.reference.live`        — what a built reference pins, and the check that a live run reproduces it;
+* :mod:`~flasheval.reference.lmeval_live` — the same for lm-eval references (build through lm-eval tasks, check).
 
 The leaderboard and import APIs are re-exported here; ``build`` and ``live`` run models and are
 imported from their modules.
 """
 
-from flasheval.reference.importing import IMPORT_FORMATS, read_lm_eval_samples, read_long_parquet
+from flasheval.reference.importing import IMPORT_FORMATS, read_lm_eval_samples, read_lm_eval_settings, read_long_parquet
 from flasheval.reference.leaderboard import (
     MANIFEST_FILE,
     MISSING_POLICIES,
@@ -35,6 +36,7 @@ __all__ = [
     "ReferenceManifest",
     "load_reference",
     "read_lm_eval_samples",
+    "read_lm_eval_settings",
     "read_long_parquet",
     "references_root",
     "repo_root",

@@ -14,7 +14,9 @@ Formats
     one, else the folder name. The dataset is ``<task>``; the example id is ``doc_id``; the
     score is the chosen metric (default: the first of ``acc``, ``exact_match``, ``acc_norm``
     present). When a task was logged twice for a model, the newest file (by timestamp in the
-    name) wins.
+    name) wins. :func:`read_lm_eval_settings` reads, from the ``results_*.json`` files, what a
+    live placement needs to score a new model the same way (task configs, few-shot count and
+    seed, lm-eval version; :class:`flasheval.lmeval.settings.LmEvalSettings`).
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from typing import Any
 import pandas as pd
 
 from flasheval.errors import InputError, UnknownNameError
+from flasheval.lmeval.settings import DEFAULT_METRICS, LmEvalSettings, pick_metric, prompt_hashes, settings_from_results
 
-__all__ = ["IMPORT_FORMATS", "read_long_parquet", "read_lm_eval_samples"]
+__all__ = ["IMPORT_FORMATS", "read_long_parquet", "read_lm_eval_samples", "read_lm_eval_settings"]
 
 IMPORT_FORMATS: tuple[str, ...] = ("long-parquet", "lm-eval-samples")
-_DEFAULT_METRICS: tuple[str, ...] = ("acc", "exact_match", "acc_norm")
+_DEFAULT_METRICS = DEFAULT_METRICS
 _SAMPLES_RE = re.compile(r"^samples_(?P<task>.+)_(?P<stamp>\d{4}-\d{2}-\d{2}T[\d\-\.:]+)\.jsonl$")
 
 
@@ -99,26 +102,87 @@ def _read_samples_file(path: Path, model: str, task: str, metric: str | None) ->
     return rows
 
 
-def read_lm_eval_samples(folder: str | Path, *, metric: str | None = None) -> pd.DataFrame:
-    """Long rows from an lm-evaluation-harness ``--log_samples`` output folder (see module docstring)."""
+def _model_dirs(folder: str | Path) -> list[Path]:
     root = Path(folder)
     if not root.is_dir():
         raise InputError("not a folder", path=root)
-    model_dirs = [root] if any(root.glob("samples_*.jsonl")) else sorted(p for p in root.iterdir() if p.is_dir())
+    return [root] if any(root.glob("samples_*.jsonl")) else sorted(p for p in root.iterdir() if p.is_dir())
+
+
+def _latest_samples(mdir: Path) -> dict[str, tuple[str, Path]]:
+    """``{task: (timestamp, newest samples file)}`` of one model folder."""
+    latest: dict[str, tuple[str, Path]] = {}
+    for f in sorted(mdir.glob("samples_*.jsonl")):
+        m = _SAMPLES_RE.match(f.name)
+        if m is None:
+            raise InputError("cannot read task and timestamp from the name (want samples_<task>_<timestamp>.jsonl)",
+                             path=f)
+        task, stamp = m.group("task"), m.group("stamp")
+        if task not in latest or stamp > latest[task][0]:
+            latest[task] = (stamp, f)
+    return latest
+
+
+def read_lm_eval_samples(folder: str | Path, *, metric: str | None = None) -> pd.DataFrame:
+    """Long rows from an lm-evaluation-harness ``--log_samples`` output folder (see module docstring)."""
+    root = Path(folder)
     rows: list[dict[str, Any]] = []
-    for mdir in model_dirs:
-        latest: dict[str, tuple[str, Path]] = {}
-        for f in sorted(mdir.glob("samples_*.jsonl")):
-            m = _SAMPLES_RE.match(f.name)
-            if m is None:
-                raise InputError("cannot read task and timestamp from the name (want samples_<task>_<timestamp>.jsonl)",
-                                 path=f)
-            task, stamp = m.group("task"), m.group("stamp")
-            if task not in latest or stamp > latest[task][0]:
-                latest[task] = (stamp, f)
+    for mdir in _model_dirs(root):
         model = _model_name(mdir)
-        for task, (_, f) in sorted(latest.items()):
+        for task, (_, f) in sorted(_latest_samples(mdir).items()):
             rows.extend(_read_samples_file(f, model, task, metric))
     if not rows:
         raise InputError("no samples_<task>_<timestamp>.jsonl files found (run lm_eval with --log_samples)", path=root)
     return pd.DataFrame(rows)
+
+
+def _samples(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    if not rows:
+        raise InputError("no samples", path=path)
+    return rows
+
+
+def read_lm_eval_settings(folder: str | Path, *, metric: str | None = None,
+                          include_path: str = "") -> tuple[LmEvalSettings | None, str]:
+    """What a live placement must reproduce, from the ``results_*.json`` beside the samples.
+
+    Returns ``(settings, "")``, or ``(None, reason)`` when a model folder has no results file, or
+    one without task configs or lm-eval version (the reference then serves replay only). Models whose task configs, few-shot settings or
+    lm-eval versions differ are refused: their scores would not be paired.
+    """
+    found: LmEvalSettings | None = None
+    first = ""
+    for mdir in _model_dirs(folder):
+        latest = _latest_samples(mdir)
+        results_files = sorted(mdir.glob("results_*.json"))
+        if not results_files:
+            return None, f"{mdir} has no results_*.json (lm-eval writes it beside the samples)"
+        path = results_files[-1]
+        try:
+            results = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise InputError("not valid JSON", path=path) from None
+        unconfigured = sorted(t for t in latest if t not in (results.get("configs") or {}))
+        if unconfigured or not results.get("lm_eval_version"):
+            return None, f"{path} records no task config or lm-eval version for {', '.join(unconfigured) or 'the run'}"
+        samples = {task: _samples(f) for task, (_, f) in latest.items()}
+        metrics = {task: pick_metric(rows[0], metric) or "" for task, rows in samples.items()}
+        settings = settings_from_results(results, metrics, where=str(path), include_path=include_path,
+                                         hashes={task: prompt_hashes(rows) for task, rows in samples.items()})
+        if found is None:
+            found, first = settings, str(path)
+            continue
+        for task, pinned in found.tasks.items():
+            other = settings.tasks.get(task)
+            same = other is not None and (other.config_digest, other.num_fewshot, other.fewshot_seed) == (
+                pinned.config_digest, pinned.num_fewshot, pinned.fewshot_seed)
+            if not same or settings.lm_eval_version != found.lm_eval_version:
+                raise InputError(f"task {task} was run with other settings (config, few-shot or lm-eval version) than "
+                                 f"in {first}; the models' scores would not be paired", path=path, field="configs")
+            if any(pinned.prompt_hashes.get(d, h) != h for d, h in other.prompt_hashes.items()):
+                raise InputError(f"task {task}: some prompts differ from those in {first} (other few-shot examples, "
+                                 "e.g. a different number of processes); the scores would not be paired", path=path,
+                                 field="prompt_hash")
+    return found, ""
