@@ -216,7 +216,12 @@ def oracle_size(reference: ReferenceLeaderboard, model_id: str, full_rank: int, 
 def oracle_bound(reference: ReferenceLeaderboard, plan: TierPlan, *, n_draws: int = 200, seed: int = 0,
                  models: list[str] | None = None, estimator: str = "control-variate", n_neighbours: int = 5,
                  floor: float = 0.1, aggregate_kind: str | None = None) -> dict[str, tuple[int, float]]:
-    """Per model, the oracle's examples per dataset and its saving (full examples / examples used)."""
+    """Per model, the oracle's examples per dataset and its saving (full examples / examples used).
+
+    The tiers are the plan's scaled to the pool (:meth:`TierPlan.for_pool`), as the backtest
+    scores placements: the held-out model plus the ``n_models - 1`` others.
+    """
+    plan = plan.for_pool(reference.n_models)
     sizes = [len(e) for e in reference.example_ids]
     keys = draw_keys(sizes, n_draws, np.random.default_rng(seed))
     orders = draw_orders(keys)
