@@ -9,16 +9,16 @@ doc ids are scored through lm-eval's task code (:class:`flasheval.placement.lmev
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from flasheval.engine.specs import NamedModel
 from flasheval.lmeval import require_lm_eval
 from flasheval.placement.controller import Budget, PlacementResult, place
-from flasheval.placement.tiers import load_tier_plan
-from flasheval.records import slug, write_record
+from flasheval.placement.tiers import TierPlan, load_tier_plan
+from flasheval.records import slug
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.reference.lmeval_live import prepare_lmeval_live
 
@@ -26,8 +26,12 @@ __all__ = ["run_lmeval_live"]
 
 
 def run_lmeval_live(args: argparse.Namespace, model: NamedModel, reference: ReferenceLeaderboard, *,
-                    format_summary: Callable[[PlacementResult], str]) -> int:
-    """Place ``model`` (live) on the lm-eval reference ``reference``; returns the exit code."""
+                    report: Callable[[PlacementResult, TierPlan, Path, dict[str, Any]], int]) -> int:
+    """Place ``model`` (live) on the lm-eval reference ``reference``; returns the exit code.
+
+    ``report`` prints and records the result (``flasheval.cli.place.report_live``, passed in
+    because that module imports this one).
+    """
     require_lm_eval()
     from flasheval.lmeval.loading import open_lmeval_model
     from flasheval.placement.lmeval_scorer import LmEvalScorer
@@ -52,19 +56,10 @@ def run_lmeval_live(args: argparse.Namespace, model: NamedModel, reference: Refe
                        aggregate=args.aggregate)
     finally:
         opened.close()
-    if int(os.environ.get("RANK", "0")) != 0:
-        return 0  # under accelerate launch only the main process reports
-    for stage in result.stages:
-        print(f"  {stage.log_line(len(plan.stages))}")
-    payload = result.to_json()
-    payload["live"] = {
+    return report(result, plan, out, {
         "engine": "lm-eval", "spec": model.text, "fingerprint": opened.cached.fingerprint, "dtype": dtype,
         "include_path": setup.include_path, "lm_eval_version": setup.settings.lm_eval_version,
         "load_seconds": load_seconds, "seconds": time.perf_counter() - start,
         "requests_computed": opened.cached.n_computed, "asked": scorer.asked_json(),
         "examples": [{"task_name": t, "example_id": i, "score": s} for t, i, s in scorer.scored],
-    }
-    path = write_record(out / "place.json", kind="place", payload=payload)
-    print(format_summary(result))
-    print(f"  wall time {payload['live']['seconds']:.0f} s (model load {load_seconds:.0f} s); record: {path}")
-    return 0
+    })

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flasheval.engine.specs import NamedModel
-from flasheval.errors import InputError
 from flasheval.lmeval import require_lm_eval
 from flasheval.placement.controller import Budget
 from flasheval.placement.sweep import SweepResult, sweep
@@ -26,6 +25,7 @@ from flasheval.placement.sweep_run import (
     build_payload,
     check_config,
     check_token_budget,
+    hold_out,
     restrict,
     run_folder,
 )
@@ -47,12 +47,7 @@ def run_lmeval_sweep(args: argparse.Namespace, models: Sequence[NamedModel], ref
 
     setup = prepare_lmeval_live(reference, include_path=args.include_path, num_fewshot=args.num_fewshot)
     full = restrict(setup.reference, args.datasets)
-    held = [m.model_id for m in models if m.model_id in full.model_ids]
-    pool = full
-    for model_id in held:
-        pool = pool.without(model_id)
-    if pool.n_models < 2:
-        raise InputError(f"holding out {len(held)} checkpoints leaves fewer than 2 reference models", field="--models")
+    pool, held = hold_out(full, [m.model_id for m in models])
     check_token_budget(full, budget)
     out = run_folder(args.output, full)
     seed, dtype = args.seed or 0, args.dtype or "float32"

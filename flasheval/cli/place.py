@@ -16,6 +16,7 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from flasheval.cli._options import add_live_options, add_lmeval_live_options
 from flasheval.engine import check_model_files, n_parameters, open_cached_backend, parse_named_models
@@ -24,14 +25,14 @@ from flasheval.placement.backtest import full_data_ranks
 from flasheval.placement.controller import Budget, PlacementResult, place
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.scorers import LiveScorer
-from flasheval.placement.tiers import load_tier_plan
+from flasheval.placement.tiers import TierPlan, load_tier_plan
 from flasheval.records import slug, write_record
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.reference.live import prepare_live
 from flasheval.reference.lmeval_live import is_lmeval_reference
 from flasheval.stats.ranking import AGGREGATES
 
-__all__ = ["register", "run", "run_live", "DEFAULT_REPLAY_MODEL", "format_summary", "check_numbers"]
+__all__ = ["register", "run", "run_live", "DEFAULT_REPLAY_MODEL", "format_summary", "check_numbers", "report_live"]
 
 DEFAULT_REPLAY_MODEL = "meta/llama-3-70b"
 """Model placed by ``flasheval place`` with no arguments (held out of ``helm_lite``)."""
@@ -124,7 +125,7 @@ def run_live(args: argparse.Namespace) -> int:
     if is_lmeval_reference(loaded):
         from flasheval.cli._lmeval_place import run_lmeval_live
 
-        return run_lmeval_live(args, model, loaded, format_summary=format_summary)
+        return run_lmeval_live(args, model, loaded, report=report_live)
     setup = prepare_live(loaded, seed=args.seed, dtype=args.dtype, task_dir=args.task_dir)
     reference, settings, seed, dtype = setup.reference, setup.settings, setup.seed, setup.dtype
     tasks, task_dir = setup.tasks, setup.task_dir
@@ -147,18 +148,23 @@ def run_live(args: argparse.Namespace) -> int:
                        aggregate=args.aggregate)
     finally:
         store.close()
+    return report_live(result, plan, out, {
+        "spec": model.text, "fingerprint": cached.fingerprint, "dtype": dtype, "task_dir": str(task_dir),
+        "load_seconds": load_seconds, "seconds": time.perf_counter() - start, "requests_computed": cached.n_computed,
+        "asked": scorer.asked_json(),
+        "examples": [o.to_json() for o in scorer.outcomes],
+    })
+
+
+def report_live(result: PlacementResult, plan: TierPlan, out: Path, live: dict[str, Any]) -> int:
+    """Print a live placement's stages and summary and write its record (main process only)."""
     if int(os.environ.get("RANK", "0")) != 0:
         return 0  # under accelerate launch only the main process reports
     for stage in result.stages:
         print(f"  {stage.log_line(len(plan.stages))}")
     payload = result.to_json()
-    payload["live"] = {
-        "spec": model.text, "fingerprint": cached.fingerprint, "dtype": dtype, "task_dir": str(task_dir),
-        "load_seconds": load_seconds, "seconds": time.perf_counter() - start, "requests_computed": cached.n_computed,
-        "asked": scorer.asked_json(),
-        "examples": [o.to_json() for o in scorer.outcomes],
-    }
+    payload["live"] = live
     path = write_record(out / "place.json", kind="place", payload=payload)
     print(format_summary(result))
-    print(f"  wall time {payload['live']['seconds']:.0f} s (model load {load_seconds:.0f} s); record: {path}")
+    print(f"  wall time {live['seconds']:.0f} s (model load {live['load_seconds']:.0f} s); record: {path}")
     return 0

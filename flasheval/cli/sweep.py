@@ -36,6 +36,7 @@ from flasheval.placement.sweep_run import (
     STORE_FORMAT,
     build_payload,
     check_token_budget,
+    hold_out,
     open_run_folder,
     restrict,
     run_folder,
@@ -228,12 +229,7 @@ def run_live(args: argparse.Namespace, specs: list[str], budget: Budget, plan: T
         return run_lmeval_sweep(args, models, loaded, budget, plan, format_result=format_result)
     setup = prepare_live(loaded, seed=args.seed, dtype=args.dtype, task_dir=args.task_dir)
     full = restrict(setup.reference, args.datasets)
-    held = [m.model_id for m in models if m.model_id in full.model_ids]
-    pool = full
-    for model_id in held:
-        pool = pool.without(model_id)
-    if pool.n_models < 2:
-        raise InputError(f"holding out {len(held)} checkpoints leaves fewer than 2 reference models", field="--models")
+    pool, held = hold_out(full, [m.model_id for m in models])
     check_token_budget(full, budget)
     out = run_folder(args.output, full)
     config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names),

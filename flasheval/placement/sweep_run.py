@@ -33,7 +33,7 @@ from flasheval.stats.ranking import rank_among
 
 __all__ = ["CONFIG_FILE", "STORE_FILE", "STORE_FORMAT", "RECORD_FILE", "MODELS_DIR", "spread_models", "restrict",
            "check_config", "check_token_budget", "run_folder", "truth_ranks", "separate_placements", "build_payload",
-           "open_run_folder"]
+           "open_run_folder", "hold_out"]
 
 CONFIG_FILE = "sweep-config.json"
 STORE_FILE = "scores.jsonl"
@@ -167,3 +167,18 @@ def open_run_folder(out: Path, config: dict[str, Any], state: Any = None) -> Res
 
     rows = main_decides(state, read, what="reading the sweep's run folder")
     return opened[0] if opened else ResultsStore(out / STORE_FILE, writer=False, rows=rows)
+
+
+def hold_out(full: ReferenceLeaderboard, model_ids: list[str]) -> tuple[ReferenceLeaderboard, list[str]]:
+    """The pool without the swept checkpoints that are reference models, and those checkpoints.
+
+    A sweep compares every checkpoint with the same pool, so a checkpoint that is also a
+    reference model leaves it; at least 2 reference models must remain (one line otherwise).
+    """
+    held = [m for m in model_ids if m in full.model_ids]
+    pool = full
+    for model_id in held:
+        pool = pool.without(model_id)
+    if pool.n_models < 2:
+        raise InputError(f"holding out {len(held)} checkpoints leaves fewer than 2 reference models", field="--models")
+    return pool, held
