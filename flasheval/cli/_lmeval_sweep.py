@@ -68,7 +68,8 @@ def run_lmeval_sweep(args: argparse.Namespace, models: Sequence[NamedModel], ref
                                 n_parameters=opened[-1].n_parameters)
             scorers[model.model_id] = StoredScorer(live, store, model.model_id)
         print(f"sweeping {len(models)} live checkpoints through lm-eval {setup.settings.lm_eval_version} tasks "
-              f"({dtype}) on {full.name} ({pool.n_models} reference models, plan {plan.name}); results store "
+              f"({dtype}, all loaded now: --max-loaded applies to DCLM-format references only) on {full.name} "
+              f"({pool.n_models} reference models, plan {plan.name}); results store "
               f"{out / STORE_FILE}" + (f" ({len(store)} scores already stored: resuming)" if len(store) else ""))
         n_params = None if args.n_parameters is None else int(args.n_parameters)
         result = sweep(pool, scorers, plan, budget=budget, seed=seed, aggregate=args.aggregate,
