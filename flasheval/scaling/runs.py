@@ -140,11 +140,15 @@ def _evaluate_run(payload: dict[str, Any], path: Path) -> dict[str, Any]:
     """An ``evaluate`` record as one run: its model id, its flat metrics, and N, D or dataset if it has them.
 
     Nothing else of the record enters the run (its example counts and timings are not run columns).
+    Its ``n_tokens`` and ``n_parameters`` are the evaluation's own counts (tokens scored, weights
+    loaded), not the training run's D and N, so they never stand in for them.
     """
     if "model_id" not in payload:
         raise InputError("evaluate record without a model id (written by an older flasheval: rerun evaluate)",
                          path=path, field="model_id")
-    scale = {k: v for key in ("params", "tokens", "dataset") for k in COLUMN_ALIASES[key] if (v := payload.get(k)) is not None}
+    own_counts = ("n_tokens", "n_parameters")
+    scale = {k: v for key in ("params", "tokens", "dataset") for k in COLUMN_ALIASES[key]
+             if k not in own_counts and (v := payload.get(k)) is not None}
     return {"model_id": payload["model_id"], **scale, "metrics": payload.get("metrics") or {}}
 
 
