@@ -14,10 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+from flasheval.cli._built import print_built
 from flasheval.engine import parse_named_models
 from flasheval.errors import InputError
 from flasheval.lmeval import require_lm_eval
-from flasheval.reference import MANIFEST_FILE, load_reference, references_root, write_reference
+from flasheval.reference import MANIFEST_FILE, references_root, write_reference
 
 __all__ = ["build_lmeval"]
 
@@ -52,12 +53,6 @@ def build_lmeval(args: argparse.Namespace) -> int:
                     build=result.settings.to_json(),
                     notes="Built through lm-eval's task code; place live models with the same lm-eval version "
                           "and tasks.")
-    ref = load_reference(out)
-    print(f"wrote {out}: {ref.n_models} models x {len(ref.dataset_names)} lm-eval tasks, "
-          f"{sum(len(e) for e in ref.example_ids)} examples per model, in {time.perf_counter() - start:.0f} s")
-    for row in ref.ranking():
-        m = row.model_id
-        print(f"  {row.rank}. {m:<28} mean {row.value:.4f}  ({result.seconds[m]:.0f} s, "
-              f"{result.computed[m]} requests computed)")
-    print(f"  results store: {work / 'store'}")
+    print_built(out, start=start, seconds=result.seconds, computed=result.computed, datasets="lm-eval tasks",
+                value_label="mean", footer=f"results store: {work / 'store'}")
     return 0

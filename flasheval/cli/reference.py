@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flasheval.cli._built import print_built
 from flasheval.cli.lm_eval import add_lm_eval_task_options
 from flasheval.engine import parse_named_models
 from flasheval.engine.distributed import launch_state, shutdown
@@ -145,14 +146,9 @@ def _report_build(args: argparse.Namespace, result: Any, tasks: Any, out: Path, 
     """Write the built reference and the build log and print the ranking (main process only)."""
     log = write_built_reference(out, result, name=args.name, suite=load_suite(args.suite), tasks=tasks, work_dir=work,
                                 argv=sys.argv[1:])
-    ref = load_reference(out)
-    print(f"wrote {out}: {ref.n_models} models x {len(ref.dataset_names)} tasks, "
-          f"{sum(len(e) for e in ref.example_ids)} examples per model, in {time.perf_counter() - start:.0f} s")
-    for row in ref.ranking():
-        m = row.model_id
-        print(f"  {row.rank}. {m:<28} {ref.manifest.aggregate} {row.value:.4f}  "
-              f"({result.seconds[m]:.0f} s, {result.computed[m]} requests computed)")
-    print(f"  build log: {log}; results store: {work / 'store'}")
+    print_built(out, start=start, seconds=result.seconds, computed=result.computed, datasets="tasks",
+                value_label=None,
+                footer=f"build log: {log}; results store: {work / 'store'}")
 
 
 def _import(args: argparse.Namespace) -> int:

@@ -1,0 +1,28 @@
+"""What ``reference build`` prints once a reference is written (both engines)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from flasheval.reference import load_reference
+
+__all__ = ["print_built"]
+
+
+def print_built(out: Path, *, start: float, seconds: Mapping[str, float], computed: Mapping[str, int],
+                datasets: str, value_label: str | None, footer: str) -> None:
+    """Read back the reference written to ``out`` and print its size, ranking and per-model cost.
+
+    ``value_label`` names the ranked value (``None``: the reference's aggregate).
+    """
+    ref = load_reference(out)
+    label = ref.manifest.aggregate if value_label is None else value_label
+    print(f"wrote {out}: {ref.n_models} models x {len(ref.dataset_names)} {datasets}, "
+          f"{sum(len(e) for e in ref.example_ids)} examples per model, in {time.perf_counter() - start:.0f} s")
+    for row in ref.ranking():
+        m = row.model_id
+        print(f"  {row.rank}. {m:<28} {label} {row.value:.4f}  "
+              f"({seconds[m]:.0f} s, {computed[m]} requests computed)")
+    print(f"  {footer}")
