@@ -19,15 +19,15 @@ from typing import Any
 import numpy as np
 
 from flasheval.hashing import derive_seed
-from flasheval.placement.allocation import neyman_cost_allocation, residual_spreads
+from flasheval.placement.allocation import allocation_variance, neyman_cost_allocation, residual_spreads
 from flasheval.placement.scorers import ExampleScorer
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.bootstrap import RankDistribution, rank_distribution
 from flasheval.stats.sampling import example_order
 
-__all__ = ["Budget", "Decision", "StageRecord", "Compute", "PlacementResult", "decide", "window_rank", "place", "stage_rank", "stage_targets",
-           "STATUSES"]
+__all__ = ["Budget", "Decision", "StageRecord", "Compute", "PlacementResult", "LookPlan", "decide", "window_rank", "look_plan",
+           "place", "stage_rank", "stage_targets", "STATUSES"]
 
 logger = logging.getLogger(__name__)
 
@@ -382,6 +382,45 @@ def _allocation_inputs(reference: ReferenceLeaderboard, aggregate: str | None) -
     return {"spreads": residual_spreads(reference.scores), "costs": costs, "weights": weights}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LookPlan:
+    """The looks of one placement on one reference, fixed before the new model is scored."""
+
+    stages: tuple[int, ...]
+    """Index into the plan's stages of each look (stages that add no example are not looks)."""
+    targets: tuple[tuple[int, ...], ...]
+    """Examples per dataset scored at each look."""
+    variances: tuple[float, ...]
+    """Variance of each look's aggregate estimate, ``sum_d w_d^2 S_d^2 (1/n_d - 1/N_d)`` with the
+    pool's residual spreads ``S_d`` (:func:`~flasheval.placement.allocation.allocation_variance`)."""
+    levels: tuple[float, ...]
+    """Two-sided level of each look's interval under the plan's correction."""
+
+
+def look_plan(reference: ReferenceLeaderboard, plan: TierPlan, aggregate: str | None = None) -> LookPlan:
+    """Every look of a placement of a new model on ``reference`` with ``plan`` (already scaled), and its level.
+
+    The looks depend only on the plan, the dataset sizes and, for ``neyman-cost``, the pool, so
+    they are known before the new model is scored; so are the variances of their estimates up to
+    the new model's own (unknown) spread, and the repeated-confidence levels built on them
+    (``correction: pocock``, :mod:`flasheval.stats.sequential`). ``place`` and ``sweep`` both use it.
+    """
+    sizes = [len(ids) for ids in reference.example_ids]
+    inputs = _allocation_inputs(reference, aggregate)
+    split = {} if plan.allocation == "uniform" else {"allocation": plan.allocation, "minimum": max(1, (plan.stages[0] or 2) // 2),
+                                                      **inputs}
+    stages, targets, scored = [], [], [0] * len(sizes)
+    for k, stage_size in enumerate(plan.stages):
+        t = stage_targets(stage_size, sizes, scored=scored, **split)
+        if t == scored:
+            continue  # this stage adds no example (datasets smaller than the stage)
+        stages.append(k)
+        targets.append(tuple(t))
+        scored = t
+    variances = tuple(allocation_variance(t, sizes, spreads=inputs["spreads"], weights=inputs["weights"]) for t in targets)
+    return LookPlan(stages=tuple(stages), targets=tuple(targets), variances=variances, levels=plan.look_levels(variances))
+
+
 def place(
     reference: ReferenceLeaderboard,
     scorer: ExampleScorer,
@@ -418,21 +457,16 @@ def place(
     gathered = [_Scored() for _ in sizes]
     n_parameters = getattr(scorer, "n_parameters", None)
     records: list[StageRecord] = []
-    dist: RankDistribution | None = None
-    status, reason, look = "unresolved at budget", "", 0
-    split = {} if plan.allocation == "uniform" else {"allocation": plan.allocation, "minimum": max(1, (plan.stages[0] or 2) // 2),
-                                                      **_allocation_inputs(reference, aggregate)}
-    for k, stage_size in enumerate(plan.stages):
-        targets = stage_targets(stage_size, sizes, scored=[g.n for g in gathered], **split)
-        if targets == [g.n for g in gathered]:
-            continue  # this stage adds no example (datasets smaller than the stage)
-        over = budget.exceeded_by(**dict(zip(("examples", "tokens", "flops"), _project(gathered, targets, n_parameters))))
+    status, reason = "unresolved at budget", ""
+    looks = look_plan(reference, plan, aggregate)
+    for look, (k, targets, level) in enumerate(zip(looks.stages, looks.targets, looks.levels)):
+        stage_size = plan.stages[k]
+        over = budget.exceeded_by(**dict(zip(("examples", "tokens", "flops"), _project(gathered, list(targets), n_parameters))))
         if over is not None:
             reason = f"stage {k + 1} would need {over}"
             logger.info("stage %d/%d: not started, %s: unresolved at budget", k + 1, len(plan.stages), over)
             break
-        _score_new(scorer, reference.dataset_names, orders, gathered, targets)
-        level = plan.look_confidence(look)
+        _score_new(scorer, reference.dataset_names, orders, gathered, list(targets))
         dist = stage_rank(reference, [np.concatenate(g.scores) for g in gathered],
                           [positions[d][:g.n] for d, g in enumerate(gathered)], aggregate=aggregate,
                           n_resamples=plan.n_resamples, confidence_level=level,
@@ -447,7 +481,6 @@ def place(
             mid_rank=dist.mid_rank, interval=dist.interval, confidence_level=level, tier=tier.label,
             resolution=tier.resolution, decision="stop" if decision.stop else "escalate", reason=decision.reason))
         logger.info(records[-1].log_line(len(plan.stages)))
-        look += 1
         if decision.stop:
             status, reason = "resolved", decision.reason
             break

@@ -27,14 +27,14 @@ store, spends nothing twice and ends with the same result.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from flasheval.errors import InputError
 from flasheval.hashing import derive_seed
-from flasheval.placement.controller import Budget, decide, stage_rank, stage_targets
+from flasheval.placement.controller import Budget, decide, look_plan, stage_rank, stage_targets
 from flasheval.placement.scorers import ExampleScorer
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
@@ -221,10 +221,11 @@ def _check_budget(budget: Budget, plan: TierPlan, sizes: list[int], n_checkpoint
 
 
 def _look(c: _Checkpoint, reference: ReferenceLeaderboard, plan: TierPlan, positions: list[np.ndarray], *,
-          stage_size: int | None, round_: int, seed: int, aggregate: str | None, low_rank: int) -> None:
+          stage_size: int | None, round_: int, seed: int, aggregate: str | None, low_rank: int,
+          levels: tuple[float, ...]) -> None:
     """Rank ``c`` on what it has, apply the stop rule and the racing rule."""
     look = len(c.looks)
-    level = plan.look_confidence(look)
+    level = levels[look]
     dist = stage_rank(reference, c.joined(), [positions[d][:n] for d, n in enumerate(c.n)], aggregate=aggregate,
                       n_resamples=plan.n_resamples, confidence_level=level, rng=derive_seed(seed, "bootstrap", look),
                       estimator=plan.estimator)
@@ -270,7 +271,7 @@ def _round(state: list[_Checkpoint], reference: ReferenceLeaderboard, plan: Tier
         _serve(c, reference, ctx["orders"], targets)
         c.next_stage = k + 1
         _look(c, reference, plan, ctx["positions"], stage_size=plan.stages[k], round_=round_, seed=ctx["seed"],
-              aggregate=ctx["aggregate"], low_rank=ctx["low_rank"])
+              aggregate=ctx["aggregate"], low_rank=ctx["low_rank"], levels=ctx["levels"])
         served = True
     return served
 
@@ -380,7 +381,9 @@ def sweep(
         positions.append(np.fromiter((index[e] for e in orders[-1]), dtype=np.int64, count=len(ids)))
     low = plan.tiers[-1].first if low_rank is None else low_rank
     ctx = {"budget": budget, "sizes": sizes, "orders": orders, "positions": positions, "seed": seed,
-           "aggregate": aggregate, "low_rank": low, "n_parameters": n_parameters}
+           "aggregate": aggregate, "low_rank": low, "n_parameters": n_parameters,
+           # every checkpoint takes the plan's uniform stages (_next_targets): the looks' levels follow from them
+           "levels": look_plan(reference, replace(plan, allocation="uniform"), aggregate).levels}
     state = [_Checkpoint(m, s, len(sizes)) for m, s in sorted(scorers.items())]
     round_ = 0
     while any(c.status == "active" for c in state):

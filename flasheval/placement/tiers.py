@@ -20,13 +20,18 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
     Overall two-sided level of the reported interval.
 ``correction``
     How the error ``alpha = 1 - confidence_level`` is spent across the looks (stages) of one
-    run: ``none`` (each look at ``alpha``; the level then holds per look only), ``bonferroni``
-    (each at ``alpha / K``, ``K`` = the stages before the last, since the last stage scores every
-    example and cannot err) or ``geometric`` (look ``j`` at ``alpha / 2**(j+1)``, which sums below
-    ``alpha`` for any K). With ``bonferroni`` and ``geometric`` the per-look errors sum to at most
-    ``alpha``, so by the union bound every look's interval covers at once with probability at
-    least ``confidence_level``; the interval reported at a data-dependent stop covers at that
-    level whatever the stop rule (coverage under optional stopping by construction).
+    run. ``pocock`` (the default plan's): repeated confidence intervals with one Pocock constant
+    for every look, computed from the joint law of the nested looks on this reference (its
+    dataset sizes, the finite-population factor and the pool's spreads;
+    :mod:`flasheval.stats.sequential`): every look's interval covers at once with probability
+    ``confidence_level`` under the normal approximation, exactly rather than by a bound.
+    ``bonferroni`` (each look at ``alpha / K``, ``K`` = the looks that can err: a look where every
+    example is scored cannot), ``geometric`` (look ``j`` at ``alpha / 2**(j+1)``, which sums below
+    ``alpha`` for any K): the per-look errors sum to at most ``alpha``, so by the union bound every
+    look's interval covers at once with probability at least ``confidence_level``. With these
+    three the interval reported at a data-dependent stop covers at that level whatever the stop
+    rule (coverage under optional stopping by construction). ``none``: each look at ``alpha``;
+    the level then holds per look only.
 ``pool_scale``
     Optional: the pool size (ranks) the tiers are written for. For a pool of ``n`` ranks
     (reference models + the new one) with ``n > pool_scale``, every tier's last rank and every
@@ -53,6 +58,7 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,11 +68,12 @@ import yaml
 from flasheval.errors import ConfigError, UnknownNameError
 from flasheval.placement.allocation import ALLOCATIONS
 from flasheval.stats.bootstrap import ESTIMATORS
+from flasheval.stats.sequential import pocock_level
 
 __all__ = ["STOP_RULES", "CORRECTIONS", "Tier", "TierPlan", "load_tier_plan", "resolve_tier_plan"]
 
 STOP_RULES: tuple[str, ...] = ("window", "interval", "flash_helm")
-CORRECTIONS: tuple[str, ...] = ("none", "bonferroni", "geometric")
+CORRECTIONS: tuple[str, ...] = ("none", "bonferroni", "geometric", "pocock")
 _PLAN_KEYS = ("name", "description", "stop_rule", "confidence_level", "correction", "estimator", "n_resamples",
               "stages", "tiers", "pool_scale", "allocation")
 _TIER_KEYS = ("ranks", "resolution", "stop_stage", "min_stage")
@@ -175,21 +182,33 @@ class TierPlan:
             first = (last or 0) + 1
         return replace(self, tiers=tuple(tiers), pool_scale=None)
 
-    def look_confidence(self, look: int) -> float:
-        """Two-sided level for look ``look`` (0-based) under the plan's correction.
+    def look_levels(self, variances: Sequence[float]) -> tuple[float, ...]:
+        """Two-sided level of each look's interval under the plan's correction.
+
+        ``variances[k]`` is the variance (any common scale) of look ``k``'s estimate of the
+        aggregate, non-increasing over the looks; 0 = every example scored (that look cannot err
+        and takes no share of the error). :func:`flasheval.placement.controller.look_plan` computes
+        them from a reference.
 
         Examples
         --------
         >>> plan = load_tier_plan("default")
-        >>> round(plan.look_confidence(0), 5)
+        >>> uniform = [1.0 / s for s in plan.stages[:-1]] + [0.0]  # datasets larger than every stage
+        >>> round(plan.look_levels(uniform)[0], 4)  # Pocock's constant for these 18 looks: z = 2.75
+        0.994
+        >>> from dataclasses import replace
+        >>> round(replace(plan, correction="bonferroni").look_levels(uniform)[0], 5)  # 0.05 / 18
         0.99722
         """
         alpha = 1.0 - self.confidence_level
+        erring = sum(1 for v in variances if v > 0)
+        if self.correction == "pocock":
+            return (pocock_level(variances, self.confidence_level),) * len(variances)
         if self.correction == "bonferroni":
-            alpha /= max(1, len(self.stages) - 1)
-        elif self.correction == "geometric":
-            alpha /= 2.0 ** (look + 1)
-        return 1.0 - alpha
+            return (1.0 - alpha / max(1, erring),) * len(variances)
+        if self.correction == "geometric":
+            return tuple(1.0 - alpha / 2.0 ** (j + 1) for j in range(len(variances)))
+        return (self.confidence_level,) * len(variances)
 
 
 def _tiers_dir() -> Path:

@@ -153,3 +153,30 @@ def test_placements_report_a_rank_whose_window_holds_the_interval(reference, pla
         assert all(abs(result.rank - x) <= result.resolution for x in range(lo, hi + 1))
         if lo <= ranks[model] <= hi:
             assert abs(result.rank - ranks[model]) <= result.resolution
+
+
+def test_every_look_uses_the_repeated_confidence_level_of_the_references_look_schedule(reference):
+    from scipy import stats
+
+    from flasheval.placement.controller import look_plan
+
+    plan = replace(load_tier_plan("default"), correction="pocock", stop_rule="interval",
+                   tiers=(Tier(first=1, last=None, resolution=0),))
+    pool = reference.without("m003")
+    looks = look_plan(pool, plan.for_pool(pool.n_models + 1))
+    sizes = [len(e) for e in reference.example_ids]
+    # the looks are the stages that add examples, each dataset capped at its size
+    expected = []
+    for s in plan.stages:
+        t = tuple(n if s is None else min(s, n) for n in sizes)
+        if not expected or t != expected[-1]:
+            expected.append(t)
+    assert looks.targets == tuple(expected)
+    assert looks.variances[-1] == 0.0 and all(a > b for a, b in zip(looks.variances, looks.variances[1:]))
+    z = stats.norm.isf((1 - looks.levels[0]) / 2)
+    erring = sum(v > 0 for v in looks.variances)
+    assert stats.norm.isf(0.025) < z < stats.norm.isf(0.025 / erring)  # tighter than the union bound, wider than one look
+    # a model that never resolves (maximal everywhere) is looked at once per look, every look at that level
+    result = place(pool, ReplayScorer(reference, "m003"), plan, seed=1)
+    assert [s.confidence_level for s in result.stages] == list(looks.levels[:len(result.stages)])
+    assert result.confidence_level == plan.confidence_level

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from flasheval.cli import main
@@ -28,7 +29,7 @@ def test_shipped_plans_encode_the_paper_and_ours():
         ("1", 0, None), ("2-4", 1, 1000), ("5-9", 2, 200), ("10-19", 3, 50), ("20+", 4, 20)]
     ours = load_tier_plan("default")
     assert ours.stop_rule == "window" and ours.stages[-1] is None and ours.estimator == "control-variate"
-    assert ours.correction == "bonferroni" and ours.pool_scale == 40
+    assert ours.correction == "pocock" and ours.pool_scale == 40
     assert [t.resolution for t in ours.tiers] == [0, 1, 2, 3, 4]
     assert ours.tier_for(1).label == "1" and ours.tier_for(57).label == "20+"
     sized = [s for s in ours.stages if s is not None]
@@ -37,9 +38,23 @@ def test_shipped_plans_encode_the_paper_and_ours():
 
 
 def test_union_bound_over_looks_keeps_the_overall_error_at_alpha():
+    from dataclasses import replace
+
+    ours = replace(load_tier_plan("default"), correction="bonferroni")
+    variances = [1.0 / s for s in ours.stages[:-1]] + [0.0]  # the last stage scores every example: it cannot err
+    levels = ours.look_levels(variances)
+    assert sum(1 - lv for lv in levels[:-1]) == pytest.approx(1 - ours.confidence_level)
+
+
+def test_default_plan_uses_the_pocock_boundary_between_one_look_and_the_union_bound():
+    from scipy import stats
+
     ours = load_tier_plan("default")
-    erring = len(ours.stages) - 1  # the last stage scores every example: it cannot err
-    assert sum(1 - ours.look_confidence(j) for j in range(erring)) == pytest.approx(1 - ours.confidence_level)
+    assert ours.correction == "pocock"
+    variances = [1.0 / s for s in ours.stages[:-1]] + [0.0]
+    z = stats.norm.isf((1 - np.array(ours.look_levels(variances))) / 2)
+    assert np.allclose(z, z[0])  # one constant for every look
+    assert stats.norm.isf(0.025) + 0.5 < z[0] < stats.norm.isf(0.025 / 18) - 0.15
 
 
 def test_pool_scaling_reduces_to_the_papers_tiers_at_40_and_scales_in_proportion():
@@ -55,11 +70,13 @@ def test_pool_scaling_reduces_to_the_papers_tiers_at_40_and_scales_in_proportion
     assert ours.for_pool(200).for_pool(200) == ours.for_pool(200)
 
 
-def test_look_confidence_spends_alpha_across_looks(tmp_path):
+def test_look_levels_spend_alpha_across_looks(tmp_path):
     plan = load_tier_plan(_plan(tmp_path, GOOD))
-    assert plan.look_confidence(0) == pytest.approx(1 - 0.1 / 2)  # two looks can err, the last cannot
+    assert plan.look_levels([0.1, 0.03, 0.0])[0] == pytest.approx(1 - 0.1 / 2)  # two looks can err, the last cannot
     geo = load_tier_plan(_plan(tmp_path, GOOD.replace("bonferroni", "geometric")))
-    assert [round(geo.look_confidence(j), 4) for j in range(3)] == [0.95, 0.975, 0.9875]
+    assert [round(lv, 4) for lv in geo.look_levels([0.1, 0.03, 0.0])] == [0.95, 0.975, 0.9875]
+    none = load_tier_plan(_plan(tmp_path, GOOD.replace("bonferroni", "none")))
+    assert none.look_levels([0.1, 0.03, 0.0]) == (0.9, 0.9, 0.9)
 
 
 @pytest.mark.parametrize("change, message", [
