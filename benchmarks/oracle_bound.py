@@ -245,13 +245,18 @@ def _reference(args: argparse.Namespace) -> ReferenceLeaderboard:
 
 
 def _method_savings(args: argparse.Namespace, reference: ReferenceLeaderboard, plan: TierPlan,
-                    models: list[str]) -> dict[str, tuple[int, float]]:
-    """Examples and saving of flasheval's adaptive method per model, from a record or a fresh backtest."""
+                    models: list[str]) -> list[tuple[int, dict[str, tuple[int, float]]]]:
+    """Per seed, examples and saving of flasheval's adaptive method per model, from a record or a fresh backtest.
+
+    A record of ``flasheval backtest --seeds ...`` gives every seed it holds; a fresh backtest runs ``--seed``.
+    """
     if args.backtest_record:
-        rows = read_record(args.backtest_record).payload["rows"]["adaptive"]
-        return {r["model_id"]: (r["n_examples"], r["saving"]) for r in rows if r["model_id"] in models}
+        payload = read_record(args.backtest_record).payload
+        runs = payload["seeds"] if "seeds" in payload else [payload]
+        return [(run["seed"], {r["model_id"]: (r["n_examples"], r["saving"]) for r in run["rows"]["adaptive"]
+                               if r["model_id"] in models}) for run in runs]
     result = backtest(reference, plan, load_tier_plan("flash_helm"), seed=args.seed, aggregate=args.aggregate)
-    return {r.model_id: (r.n_examples, r.saving) for r in result.rows["adaptive"] if r.model_id in models}
+    return [(args.seed, {r.model_id: (r.n_examples, r.saving) for r in result.rows["adaptive"] if r.model_id in models})]
 
 
 def _savings_line(label: str, used: np.ndarray, savings: np.ndarray, full: int) -> str:
@@ -293,12 +298,16 @@ def main(argv: list[str] | None = None) -> int:
     print(_savings_line("oracle (uniform n per dataset)", o_used, o_sav, full))
     if args.no_backtest:
         return 0
-    method = _method_savings(args, reference, plan, models)
-    m_used = np.array([method[m][0] for m in models], dtype=np.float64)
-    m_sav = np.array([method[m][1] for m in models])
-    print(_savings_line(f"flasheval {plan.name} (backtest)", m_used, m_sav, full))
-    print(f"method / oracle: median saving {np.median(m_sav) / np.median(o_sav):.0%}, "
-          f"total saving {o_used.sum() / m_used.sum():.0%}")
+    shares = []
+    for seed, method in _method_savings(args, reference, plan, models):
+        m_used = np.array([method[m][0] for m in models], dtype=np.float64)
+        m_sav = np.array([method[m][1] for m in models])
+        shares.append((np.median(m_sav) / np.median(o_sav), o_used.sum() / m_used.sum()))
+        print(_savings_line(f"flasheval {plan.name}, seed {seed}", m_used, m_sav, full))
+        print(f"method / oracle, seed {seed}: median saving {shares[-1][0]:.0%}, total saving {shares[-1][1]:.0%}")
+    if len(shares) > 1:
+        mean = np.mean(shares, axis=0)
+        print(f"method / oracle, mean over {len(shares)} seeds: median saving {mean[0]:.0%}, total saving {mean[1]:.0%}")
     return 0
 
 

@@ -94,3 +94,23 @@ def test_oracle_bound_cli_prints_the_oracle_and_the_method_share(capsys, tmp_pat
     assert ob.main([str(folder), "--draws", "20"]) == 0
     out = capsys.readouterr().out
     assert "oracle (uniform n per dataset)" in out and "method / oracle: median saving" in out
+
+
+def test_method_savings_read_every_seed_of_a_backtest_record(tmp_path):
+    import argparse
+
+    from flasheval.placement.backtest import backtest
+    from flasheval.records import write_record
+
+    ref = synthetic_reference(9, [60, 35], rng=5)
+    plan = load_tier_plan("default")
+    runs = [backtest(ref, plan, load_tier_plan("flash_helm"), seed=s, methods=("adaptive",)) for s in (0, 3)]
+    path = write_record(tmp_path / "bt.json", kind="backtest", payload={"seeds": [r.to_json() for r in runs]})
+    args = argparse.Namespace(backtest_record=str(path))
+    got = ob._method_savings(args, ref, plan, list(ref.model_ids))
+    assert [seed for seed, _ in got] == [0, 3]
+    for (_, per_model), run in zip(got, runs):
+        assert per_model == {r.model_id: (r.n_examples, r.saving) for r in run.rows["adaptive"]}
+    single = write_record(tmp_path / "one.json", kind="backtest", payload=runs[0].to_json())
+    assert ob._method_savings(argparse.Namespace(backtest_record=str(single)), ref, plan, list(ref.model_ids))[0][1] \
+        == got[0][1]
