@@ -93,7 +93,7 @@ def test_oracle_bound_cli_prints_the_oracle_and_the_method_share(capsys, tmp_pat
     folder = write_reference(tmp_path / "syn", pd.DataFrame(rows), name="syn", source="t", licence="n", metric="acc")
     assert ob.main([str(folder), "--draws", "20"]) == 0
     out = capsys.readouterr().out
-    assert "oracle (uniform n per dataset)" in out and "method / oracle: median saving" in out
+    assert "oracle (uniform n per dataset)" in out and "method / oracle, seed 0: median saving" in out
 
 
 def test_method_savings_read_every_seed_of_a_backtest_record(tmp_path):

@@ -108,3 +108,10 @@ def test_tiers_validate_cli(tmp_path, capsys):
     assert "ranks 10-19  resolution +-3, stops at 50" in capsys.readouterr().out
     assert main(["tiers", "validate", str(_plan(tmp_path, GOOD.replace("all]", "40]")))]) == 1
     assert "the last stage must be 'all'" in capsys.readouterr().err
+
+
+def test_tiers_validate_prints_the_per_look_level_of_the_plans_correction(capsys):
+    assert main(["tiers", "validate", "default"]) == 0
+    out = capsys.readouterr().out
+    # Pocock's constant for the 18 geometric looks on datasets larger than every stage: z = 2.75
+    assert "correction pocock: first look at 0.9940 on datasets larger than the last stage" in out
