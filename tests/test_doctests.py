@@ -24,5 +24,5 @@ def test_doctests(name):
 def test_the_statistics_modules_have_examples():
     # STYLE.md: every public statistics function carries a short doctested example.
     for name in ("flasheval.stats.ranking", "flasheval.stats.bootstrap", "flasheval.stats.dior", "flasheval.stats.sampling",
-                 "flasheval.stats.irt"):
+                 "flasheval.stats.irt", "flasheval.stats.sequential"):
         assert doctest.testmod(importlib.import_module(name)).attempted > 0, name
