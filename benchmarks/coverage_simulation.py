@@ -8,7 +8,8 @@ the placement is within its tier's resolution, and the saving. Peer measured in 
 the previous default rule (centred window, every look at 95%, no correction), whose coverage holds
 per look only.
 
-Run: ``python benchmarks/coverage_simulation.py [N_REPETITIONS] [POOL_SUBSTRING]`` from the repo root.
+Run: ``python benchmarks/coverage_simulation.py [N_REPETITIONS] [POOLS] [PLANS]`` from the repo root
+(``POOLS``: comma-separated substrings of the pools' names; ``PLANS``: comma-separated labels).
 """
 
 from __future__ import annotations
@@ -26,16 +27,18 @@ from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 
 def main() -> None:
     n_rep = int(sys.argv[1]) if len(sys.argv) > 1 else 100
-    only = sys.argv[2] if len(sys.argv) > 2 else ""
+    only = sys.argv[2].split(",") if len(sys.argv) > 2 else [""]  # substrings of the pools' names
     default = load_tier_plan("default")
     plans = {"default": default, "lean": load_tier_plan("lean"), "flash_helm": load_tier_plan("flash_helm"),
              "peer: centred, uncorrected": replace(default, name="peer", stop_rule="interval", correction="none",
                                                    stages=(20, 50, 100, 150, 200, 500, 1000, None))}
+    if len(sys.argv) > 3:  # only these plans (labels), e.g. to run pools and plans in parallel
+        plans = {label: plan for label, plan in plans.items() if label in sys.argv[3].split(",")}
     print(f"{n_rep} placements per row, a fresh pool each; coverage target: nominal - 1 point")
     print(f"{'pool':<34} {'plan':<27} {'nominal':>7} {'coverage':>8} {'within':>7} {'median':>7} {'total':>7} "
           f"{'seconds':>7}")
     for pool, config in SYNTHETIC_POOLS.items():
-        if only not in pool:
+        if not any(part in pool for part in only):
             continue
         for label, plan in plans.items():
             start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""How small can the looks' constant be for the window rule, and what does that cap? A bound, not a method.
+"""How small can the looks' constant be for the window rule, and what does that cap? Bound, worst case, cap.
 
 Pocock's constant makes EVERY look's interval cover at once. A placement reports only the look where
 the window rule stops it, so a smaller constant ``c`` may already give ``P(miss at the stopping look)
@@ -20,6 +20,8 @@ covers. By symmetry the miss rate is HALF the two-sided crossing probability,
 ``(1 - P(|Z_k| < c for all k)) / 2``, so any constant with a guaranteed ``alpha`` at the stop needs
 ``c >= pocock_constant(looks, 2 alpha)`` (computed exactly, :mod:`flasheval.stats.sequential`). The
 simulation checks that limit and finds the worst case at moderate spreads, which is larger still.
+The plans' ``correction: calibrated`` runs this simulation per placement
+(:mod:`flasheval.placement.calibration`) and takes the smallest passing constant on a finer grid.
 
 What it caps: to stop, the interval must fit a window of the tier's width, ``c sigma_n <= d`` with
 ``d`` the distance to the ``k``-th neighbour, where the oracle of ``benchmarks/oracle_bound.py`` needs
@@ -45,46 +47,24 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flasheval.errors import FlashevalError  # noqa: E402
 from flasheval.placement.allocation import allocation_variance, residual_spreads  # noqa: E402
-from flasheval.placement.controller import look_plan, window_rank  # noqa: E402
+from flasheval.placement.calibration import brownian_paths, stop_miss_rates, top_limit_miss  # noqa: E402
+from flasheval.placement.controller import look_plan, window_fits  # noqa: E402
 from flasheval.placement.simulation import SYNTHETIC_POOLS, synthetic_reference  # noqa: E402
-from flasheval.placement.tiers import TierPlan, load_tier_plan  # noqa: E402
+from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 from flasheval.reference import ReferenceLeaderboard, load_reference  # noqa: E402
-from flasheval.stats.sequential import continuation_probability, pocock_constant  # noqa: E402
+from flasheval.stats.sequential import pocock_constant  # noqa: E402
 
 
 def worst_miss(c: float, values: np.ndarray, se: np.ndarray, z: np.ndarray, fits: np.ndarray,
-               thetas: np.ndarray, chunk: int = 16) -> tuple[float, float]:
-    """Largest ``P(true rank outside the interval at the stopping look)`` over ``thetas``, and where.
-
-    ``values``: the pool's full-data aggregates (higher is better); ``se``: each look's standard error;
-    ``z``: ``(paths, looks)`` standardized Brownian paths; ``fits[lo, hi]``: the rule stops on ``[lo, hi]``.
-    """
-    desc = np.sort(-np.asarray(values, dtype=np.float64))  # ascending negatives: rank(x) = 1 + #(values > x)
-    worst, where = 0.0, float("nan")
-    for start in range(0, len(thetas), chunk):
-        theta = np.asarray(thetas[start:start + chunk], dtype=np.float64)[:, None, None]
-        est = theta + se * z[None]
-        lo = 1 + np.searchsorted(desc, -(est + c * se), side="left")
-        hi = 1 + np.searchsorted(desc, -(est - c * se), side="left")
-        stop = fits[lo, hi]
-        first = np.argmax(stop, axis=2)[..., None]
-        lo_at, hi_at = np.take_along_axis(lo, first, 2)[..., 0], np.take_along_axis(hi, first, 2)[..., 0]
-        true = 1 + np.searchsorted(desc, -theta[:, 0, 0], side="left")[:, None]
-        rate = (stop.any(axis=2) & ((true < lo_at) | (true > hi_at))).mean(axis=1)
-        if rate.max() > worst:
-            worst, where = float(rate.max()), float(theta[int(rate.argmax()), 0, 0])
-    return worst, where
-
-
-def top_limit_miss(c: float, information: np.ndarray) -> float:
-    """The miss rate in the lower bound's limit: half the two-sided crossing probability at ``c``."""
-    return (1.0 - continuation_probability(tuple(information), (c,) * len(information))) / 2.0
+               thetas: np.ndarray) -> tuple[float, float]:
+    """Largest miss rate at the stop over ``thetas`` and where (:func:`~flasheval.placement.calibration.stop_miss_rates`)."""
+    rates = np.concatenate([stop_miss_rates(c, values, se, z, fits, thetas[i:i + 16]) for i in range(0, len(thetas), 16)])
+    return float(rates.max()), float(thetas[int(rates.argmax())])
 
 
 def grid_ceiling(ratio: float, alpha: float, first: int = 20, last: int = 1000) -> tuple[int, float, float]:
@@ -117,21 +97,6 @@ def share_cap(c: float, oracle_n: int, sizes: list[int], spreads: list[float]) -
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if variance(mid) > target else (lo, mid)
     return examples(oracle_n) / examples(hi)
-
-
-def brownian_paths(information: np.ndarray, n_paths: int, rng: np.random.Generator) -> np.ndarray:
-    """``(n_paths, looks)`` standardized Brownian motion ``W(I_k) / sqrt(I_k)`` at ``information``."""
-    steps = rng.standard_normal((n_paths, len(information))) * np.sqrt(np.diff(np.r_[0.0, information]))
-    return np.cumsum(steps, axis=1) / np.sqrt(information)
-
-
-def fits_table(plan: TierPlan, n_ranks: int) -> np.ndarray:
-    """``fits[lo, hi]``: whether the plan's window rule stops on the rank interval ``[lo, hi]``."""
-    fits = np.zeros((n_ranks + 2, n_ranks + 2), dtype=bool)
-    for lo in range(1, n_ranks + 1):
-        for hi in range(lo, n_ranks + 1):
-            fits[lo, hi] = window_rank(plan, (lo, hi), (lo + hi) / 2) is not None
-    return fits
 
 
 def _pool(name: str) -> ReferenceLeaderboard:
@@ -175,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     var = np.array([v for v in looks.variances if v > 0]) / n_datasets ** 2  # the aggregate is a mean over datasets
     se, info = np.sqrt(var), 1.0 / var
     values = pool.aggregate_values() * (1.0 if pool.ranking_higher_is_better() else -1.0)
-    fits = fits_table(plan, len(values) + 1)
+    fits = window_fits(plan, len(values) + 1)
     z = brownian_paths(info, args.paths, np.random.default_rng(args.seed))
     spread = float(np.ptp(values))
     thetas = np.unique(np.r_[np.linspace(values.min() - 0.02 * spread, values.max() + 0.02 * spread, 100),

@@ -80,10 +80,10 @@ def run(args: argparse.Namespace) -> int:
     reference = load_reference(args.reference, missing=args.missing)
     plan, fixed = load_tier_plan(args.tiers), load_tier_plan(args.flash_helm_tiers)
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    results = []
+    results, looks = [], {}  # each pool's looks, computed at the first seed and reused
     for seed in seeds:
         start = time.perf_counter()
-        result = backtest(reference, plan, fixed, seed=seed, aggregate=args.aggregate, methods=methods)
+        result = backtest(reference, plan, fixed, seed=seed, aggregate=args.aggregate, methods=methods, looks=looks)
         seconds = time.perf_counter() - start
         results.append(result)
         if args.per_model:

@@ -22,9 +22,12 @@ def run(args: argparse.Namespace) -> int:
     stages = ", ".join("all" if s is None else str(s) for s in plan.stages)
     # the looks on datasets larger than every stage; a reference's own sizes change them a little (look_plan)
     levels = plan.look_levels([1.0 / s for s in plan.stages if s is not None] + [0.0])
+    first = f"first look at {levels[0]:.4f} on datasets larger than the last stage"
+    if plan.correction == "calibrated":
+        first = (f"every look at most {levels[0]:.4f} (Pocock's, on datasets larger than the last stage); "
+                 "calibrated on each reference's pool")
     print(f"{plan.name}: valid; stop rule {plan.stop_rule}; stages {stages}; confidence {plan.confidence_level} "
-          f"(correction {plan.correction}: first look at {levels[0]:.4f} on datasets larger than the last stage); "
-          f"{plan.n_resamples} resamples")
+          f"(correction {plan.correction}: {first}); {plan.n_resamples} resamples")
     for tier in plan.tiers:
         res = "maximal" if tier.resolution == 0 else f"+-{tier.resolution}"
         stop = "" if plan.stop_rule != "flash_helm" else f", stops at {'all' if tier.stop_stage is None else tier.stop_stage}"

@@ -34,7 +34,7 @@ import numpy as np
 
 from flasheval.errors import UnknownNameError
 from flasheval.hashing import derive_seed
-from flasheval.placement.controller import PlacementResult, place, stage_rank
+from flasheval.placement.controller import LookPlan, PlacementResult, look_plan, place, stage_rank
 from flasheval.placement.fluid import fluid_rank, pool_fits
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.tiers import TierPlan
@@ -199,8 +199,13 @@ def backtest(
     seed: int = 0,
     aggregate: str | None = None,
     methods: Sequence[str] = METHODS,
+    looks: dict[tuple[str, TierPlan], LookPlan] | None = None,
 ) -> BacktestResult:
-    """Leave-one-out placement of every reference model under ``methods`` (see the module docstring)."""
+    """Leave-one-out placement of every reference model under ``methods`` (see the module docstring).
+
+    ``looks``: a dict the caller keeps across seeds; each pool's looks (and their calibrated
+    constant, the costly part) are computed once per held-out model and plan and stored there.
+    """
     for m in methods:
         if m not in ALL_METHODS:
             raise UnknownNameError("backtest method", m, ALL_METHODS, field="--methods")
@@ -213,8 +218,14 @@ def backtest(
         pool = reference.without(model_id)
         for method, p in (("adaptive", plan), ("flash_helm", flash_helm_plan)):
             if method in methods:
+                key = (model_id, p)
+                plan_looks = None if looks is None else looks.get(key)
+                if plan_looks is None:
+                    plan_looks = look_plan(pool, p.for_pool(pool.n_models + 1), aggregate)
+                    if looks is not None:
+                        looks[key] = plan_looks
                 result = place(pool, ReplayScorer(reference, model_id), p, model_id=model_id, seed=seed,
-                               aggregate=aggregate)
+                               aggregate=aggregate, looks=plan_looks)
                 rows[method].append(_from_placement(model_id, full[model_id], result, plan))
                 counts.setdefault(model_id, result.stages[-1].n_examples)
     sizes = [len(e) for e in reference.example_ids]

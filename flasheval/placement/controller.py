@@ -13,20 +13,23 @@ budget (status ``unresolved at budget``, with the best interval so far).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from flasheval.hashing import derive_seed
 from flasheval.placement.allocation import allocation_variance, neyman_cost_allocation, residual_spreads
+from flasheval.placement.calibration import calibrated_constant
 from flasheval.placement.scorers import ExampleScorer
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.bootstrap import RankDistribution, rank_distribution
 from flasheval.stats.sampling import example_order
 
-__all__ = ["Budget", "Decision", "StageRecord", "Compute", "PlacementResult", "LookPlan", "decide", "window_rank", "look_plan",
+__all__ = ["Budget", "Decision", "StageRecord", "Compute", "PlacementResult", "LookPlan", "decide", "window_rank",
+           "window_fits", "look_plan", "for_budget",
            "place", "stage_rank", "stage_targets", "STATUSES"]
 
 logger = logging.getLogger(__name__)
@@ -50,6 +53,11 @@ class Budget:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
+
+    @property
+    def capped(self) -> bool:
+        """Whether any cap is set (a run may then end before the rule stops it)."""
+        return any(v is not None for v in (self.max_examples, self.max_tokens, self.max_flops))
 
     def exceeded_by(self, *, examples: int, tokens: float | None, flops: float | None) -> str | None:
         """Which cap the projected totals would exceed, in words (``None`` when within budget)."""
@@ -397,13 +405,17 @@ class LookPlan:
     """Two-sided level of each look's interval under the plan's correction."""
 
 
-def look_plan(reference: ReferenceLeaderboard, plan: TierPlan, aggregate: str | None = None) -> LookPlan:
+def look_plan(reference: ReferenceLeaderboard, plan: TierPlan, aggregate: str | None = None, *,
+              low_rank: int | None = None) -> LookPlan:
     """Every look of a placement of a new model on ``reference`` with ``plan`` (already scaled), and its level.
 
     The looks depend only on the plan, the dataset sizes and, for ``neyman-cost``, the pool, so
     they are known before the new model is scored; so are the variances of their estimates up to
     the new model's own (unknown) spread, and the repeated-confidence levels built on them
-    (``correction: pocock``, :mod:`flasheval.stats.sequential`). ``place`` and ``sweep`` both use it.
+    (``correction: pocock``, :mod:`flasheval.stats.sequential`), or the constant calibrated to the
+    window rule (``correction: calibrated``, :mod:`flasheval.placement.calibration`). ``place`` and
+    ``sweep`` both use it; ``low_rank``: the sweep also stops an interval at or below this rank
+    (``clearly low``), and the calibration must know every way a run can stop.
     """
     sizes = [len(ids) for ids in reference.example_ids]
     inputs = _allocation_inputs(reference, aggregate)
@@ -418,7 +430,58 @@ def look_plan(reference: ReferenceLeaderboard, plan: TierPlan, aggregate: str | 
         targets.append(tuple(t))
         scored = t
     variances = tuple(allocation_variance(t, sizes, spreads=inputs["spreads"], weights=inputs["weights"]) for t in targets)
-    return LookPlan(stages=tuple(stages), targets=tuple(targets), variances=variances, levels=plan.look_levels(variances))
+    levels = plan.look_levels(variances)
+    if plan.correction == "calibrated" and reference.aggregate_options(aggregate)["kind"] != "win_rate":
+        levels = _calibrated_levels(reference, plan, variances, aggregate, low_rank)
+    return LookPlan(stages=tuple(stages), targets=tuple(targets), variances=variances, levels=levels)
+
+
+def for_budget(plan: TierPlan, budget: Budget) -> TierPlan:
+    """The plan whose looks a run under ``budget`` takes: with a cap, ``calibrated`` becomes ``pocock``.
+
+    The calibrated constant assumes a run goes on until the rule stops it (or every example is
+    scored); a cap may end it at a look where it has not stopped, and report that look's interval.
+    Pocock's constant holds at any stop, so capped runs use it.
+    """
+    if plan.correction == "calibrated" and budget.capped:
+        return replace(plan, correction="pocock")
+    return plan
+
+
+def window_fits(plan: TierPlan, n_ranks: int, low_rank: int | None = None) -> np.ndarray:
+    """``fits[lo, hi]``: whether the ``window`` rule stops on the rank interval ``[lo, hi]`` (1-based).
+
+    With ``low_rank``, an interval with ``lo >= low_rank`` stops too (the sweep's ``clearly low``).
+
+    Examples
+    --------
+    >>> from flasheval.placement.tiers import load_tier_plan
+    >>> fits = window_fits(load_tier_plan("flash_helm"), 20)
+    >>> bool(fits[1, 1]), bool(fits[1, 2]), bool(fits[9, 14]), bool(fits[3, 8])
+    (True, False, True, False)
+    """
+    fits = np.zeros((n_ranks + 2, n_ranks + 2), dtype=bool)
+    for lo in range(1, n_ranks + 1):
+        for hi in range(lo, n_ranks + 1):
+            fits[lo, hi] = window_rank(plan, (lo, hi), (lo + hi) / 2) is not None or (
+                low_rank is not None and lo >= low_rank)
+    return fits
+
+
+def _calibrated_levels(reference: ReferenceLeaderboard, plan: TierPlan, variances: tuple[float, ...],
+                       aggregate: str | None, low_rank: int | None) -> tuple[float, ...]:
+    """Every look's level from the constant calibrated to the window rule on this pool (``correction: calibrated``).
+
+    The aggregate is a (weighted) mean over datasets, so a look's standard error is
+    ``sqrt(V_k) / n_datasets``. Looks that cannot err (every example scored) get the same level,
+    which does not matter for them.
+    """
+    se = np.sqrt([v for v in variances if v > 0]) / len(reference.dataset_names)
+    sign = 1.0 if reference.ranking_higher_is_better(aggregate) else -1.0
+    cal = calibrated_constant(sign * reference.aggregate_values(aggregate), se,
+                              window_fits(plan, reference.n_models + 1, low_rank), plan.confidence_level)
+    level = float(1.0 - 2.0 * stats.norm.sf(cal.constant)) if len(se) else plan.confidence_level
+    return (level,) * len(variances)
 
 
 def place(
@@ -430,6 +493,7 @@ def place(
     seed: int = 0,
     budget: Budget | None = None,
     aggregate: str | None = None,
+    looks: LookPlan | None = None,
 ) -> PlacementResult:
     """Place a model on ``reference`` by escalating nested subsamples (see the module docstring).
 
@@ -449,6 +513,10 @@ def place(
         Caps; a stage that would exceed one is not started.
     aggregate
         Aggregate over datasets (default: the reference's).
+    looks
+        ``look_plan(reference, for_budget(plan.for_pool(reference.n_models + 1), budget), aggregate)``,
+        when the caller already has it (it depends on neither the seed nor the model: a backtest reuses
+        it across seeds).
     """
     budget = budget or Budget()
     plan = plan.for_pool(reference.n_models + 1)
@@ -458,7 +526,10 @@ def place(
     n_parameters = getattr(scorer, "n_parameters", None)
     records: list[StageRecord] = []
     status, reason = "unresolved at budget", ""
-    looks = look_plan(reference, plan, aggregate)
+    if looks is None:
+        if for_budget(plan, budget) is not plan:
+            logger.info("a budget cap may end the run before the rule stops it: the looks use Pocock's constant")
+        looks = look_plan(reference, for_budget(plan, budget), aggregate)
     for look, (k, targets, level) in enumerate(zip(looks.stages, looks.targets, looks.levels)):
         stage_size = plan.stages[k]
         over = budget.exceeded_by(**dict(zip(("examples", "tokens", "flops"), _project(gathered, list(targets), n_parameters))))

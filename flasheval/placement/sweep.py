@@ -34,7 +34,7 @@ import numpy as np
 
 from flasheval.errors import InputError
 from flasheval.hashing import derive_seed
-from flasheval.placement.controller import Budget, decide, look_plan, stage_rank, stage_targets
+from flasheval.placement.controller import Budget, decide, for_budget, look_plan, stage_rank, stage_targets
 from flasheval.placement.scorers import ExampleScorer
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
@@ -383,7 +383,8 @@ def sweep(
     ctx = {"budget": budget, "sizes": sizes, "orders": orders, "positions": positions, "seed": seed,
            "aggregate": aggregate, "low_rank": low, "n_parameters": n_parameters,
            # every checkpoint takes the plan's uniform stages (_next_targets): the looks' levels follow from them
-           "levels": look_plan(reference, replace(plan, allocation="uniform"), aggregate).levels}
+           "levels": look_plan(reference, replace(for_budget(plan, budget), allocation="uniform"), aggregate,
+                               low_rank=low).levels}
     state = [_Checkpoint(m, s, len(sizes)) for m, s in sorted(scorers.items())]
     round_ = 0
     while any(c.status == "active" for c in state):

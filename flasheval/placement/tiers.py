@@ -30,8 +30,13 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
     ``alpha`` for any K): the per-look errors sum to at most ``alpha``, so by the union bound every
     look's interval covers at once with probability at least ``confidence_level``. With these
     three the interval reported at a data-dependent stop covers at that level whatever the stop
-    rule (coverage under optional stopping by construction). ``none``: each look at ``alpha``;
-    the level then holds per look only.
+    rule (coverage under optional stopping by construction). ``calibrated`` (``window`` rule only,
+    no ``min_stage``): one constant for every look, the smallest with which the interval at the
+    STOP misses with probability at most ``alpha`` for every true position, found by simulating the
+    window rule at this reference's looks under the same normal model
+    (:mod:`flasheval.placement.calibration`; never above Pocock's, never below Pocock's at ``2 alpha``,
+    a bound no valid constant passes); the guarantee holds up to Monte Carlo error. ``none``: each
+    look at ``alpha``; the level then holds per look only.
 ``pool_scale``
     Optional: the pool size (ranks) the tiers are written for. For a pool of ``n`` ranks
     (reference models + the new one) with ``n > pool_scale``, every tier's last rank and every
@@ -73,7 +78,7 @@ from flasheval.stats.sequential import pocock_level
 __all__ = ["STOP_RULES", "CORRECTIONS", "Tier", "TierPlan", "load_tier_plan", "resolve_tier_plan"]
 
 STOP_RULES: tuple[str, ...] = ("window", "interval", "flash_helm")
-CORRECTIONS: tuple[str, ...] = ("none", "bonferroni", "geometric", "pocock")
+CORRECTIONS: tuple[str, ...] = ("none", "bonferroni", "geometric", "pocock", "calibrated")
 _PLAN_KEYS = ("name", "description", "stop_rule", "confidence_level", "correction", "estimator", "n_resamples",
               "stages", "tiers", "pool_scale", "allocation")
 _TIER_KEYS = ("ranks", "resolution", "stop_stage", "min_stage")
@@ -145,6 +150,10 @@ class TierPlan:
             raise UnknownNameError("correction", self.correction, CORRECTIONS)
         if self.estimator not in ESTIMATORS:
             raise UnknownNameError("estimator", self.estimator, ESTIMATORS)
+        if self.correction == "calibrated" and self.stop_rule != "window":
+            raise ValueError(f"correction 'calibrated' is calibrated to the window rule; stop_rule is {self.stop_rule!r}")
+        if self.correction == "calibrated" and any(t.min_stage is not None for t in self.tiers):
+            raise ValueError("correction 'calibrated' assumes the rule may stop at every look: drop min_stage")
 
     def tier_for(self, rank: int) -> Tier:
         """The tier holding ``rank``."""
@@ -202,7 +211,7 @@ class TierPlan:
         """
         alpha = 1.0 - self.confidence_level
         erring = sum(1 for v in variances if v > 0)
-        if self.correction == "pocock":
+        if self.correction in ("pocock", "calibrated"):  # calibrated: Pocock's is its upper bound; look_plan calibrates
             return (pocock_level(variances, self.confidence_level),) * len(variances)
         if self.correction == "bonferroni":
             return (1.0 - alpha / max(1, erring),) * len(variances)
@@ -320,6 +329,11 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
                                   ("estimator", ESTIMATORS, "control-variate"), ("allocation", ALLOCATIONS, "uniform")):
         if raw.get(key, default) not in allowed:
             raise ConfigError(f"unknown value {raw.get(key)!r}", path=path, field=key, allowed=allowed)
+    if raw.get("correction") == "calibrated" and stop_rule != "window":
+        raise ConfigError(f"'calibrated' is calibrated to the window rule, not {stop_rule!r}", path=path, field="correction")
+    if raw.get("correction") == "calibrated" and any(isinstance(t, dict) and "min_stage" in t for t in raw.get("tiers") or []):
+        raise ConfigError("'calibrated' assumes the rule may stop at every look: drop min_stage", path=path,
+                          field="correction")
     if not isinstance(raw["stages"], list) or not isinstance(raw["tiers"], list):
         raise ConfigError("stages and tiers must be lists", path=path, field="stages" if not isinstance(raw["stages"], list) else "tiers")
     plan = TierPlan(

@@ -26,7 +26,7 @@ def plan():
     (3, (2, 4), True), (3, (1, 3), False), (3, (3, 3), True), (1, (1, 1), True), (1, (1, 2), False),
 ])
 def test_interval_rule_table(plan, rank, interval, stop):
-    centred = replace(plan, stop_rule="interval")  # the previous rule: the window is centred on the point rank
+    centred = replace(plan, stop_rule="interval", correction="pocock")  # the previous rule: a centred window
     assert decide(plan=centred, stage_size=50, rank=rank, interval=interval, is_last=False).stop is stop
 
 
@@ -65,7 +65,7 @@ def test_window_rule_reports_a_rank_within_resolution_of_every_rank_of_its_inter
 
 
 def test_min_stage_holds_a_tier_back(plan):
-    guarded = replace(plan, tiers=(replace(plan.tiers[0], min_stage=500), *plan.tiers[1:]))
+    guarded = replace(plan, correction="pocock", tiers=(replace(plan.tiers[0], min_stage=500), *plan.tiers[1:]))
     early = decide(plan=guarded, stage_size=200, rank=1, interval=(1, 1), is_last=False)
     assert not early.stop and "from 500/dataset on" in early.reason
     assert decide(plan=guarded, stage_size=500, rank=1, interval=(1, 1), is_last=False).stop

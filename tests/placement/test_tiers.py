@@ -29,7 +29,8 @@ def test_shipped_plans_encode_the_paper_and_ours():
         ("1", 0, None), ("2-4", 1, 1000), ("5-9", 2, 200), ("10-19", 3, 50), ("20+", 4, 20)]
     ours = load_tier_plan("default")
     assert ours.stop_rule == "window" and ours.stages[-1] is None and ours.estimator == "control-variate"
-    assert ours.correction == "pocock" and ours.pool_scale == 40
+    assert ours.correction == "calibrated" and ours.pool_scale == 40
+    assert load_tier_plan("lean").correction == "pocock" and load_tier_plan("lean").confidence_level == 0.8
     assert [t.resolution for t in ours.tiers] == [0, 1, 2, 3, 4]
     assert ours.tier_for(1).label == "1" and ours.tier_for(57).label == "20+"
     sized = [s for s in ours.stages if s is not None]
@@ -46,15 +47,18 @@ def test_union_bound_over_looks_keeps_the_overall_error_at_alpha():
     assert sum(1 - lv for lv in levels[:-1]) == pytest.approx(1 - ours.confidence_level)
 
 
-def test_default_plan_uses_the_pocock_boundary_between_one_look_and_the_union_bound():
+def test_pocock_boundary_lies_between_one_look_and_the_union_bound():
+    from dataclasses import replace
+
     from scipy import stats
 
-    ours = load_tier_plan("default")
-    assert ours.correction == "pocock"
+    ours = replace(load_tier_plan("default"), correction="pocock")  # the calibrated default's upper bound
     variances = [1.0 / s for s in ours.stages[:-1]] + [0.0]
     z = stats.norm.isf((1 - np.array(ours.look_levels(variances))) / 2)
     assert np.allclose(z, z[0])  # one constant for every look
     assert stats.norm.isf(0.025) + 0.5 < z[0] < stats.norm.isf(0.025 / 18) - 0.15
+    # without a pool, the calibrated correction's levels are Pocock's, its upper bound (look_plan calibrates)
+    assert load_tier_plan("default").look_levels(variances) == ours.look_levels(variances)
 
 
 def test_pool_scaling_reduces_to_the_papers_tiers_at_40_and_scales_in_proportion():
@@ -91,8 +95,15 @@ def test_look_levels_spend_alpha_across_looks(tmp_path):
     (("resolution: maximal}", "resolution: maximal, min_stage: 20}"), "field 'tiers[0].min_stage': min_stage 20 is not a stage"),
     (("name: t", "name: t\npool_scale: 1"), "field 'pool_scale': must be an integer >= 2"),
     (("stop_rule: interval", "stop_rule: vibes"), "allowed: window, interval, flash_helm"),
+    (("correction: bonferroni", "correction: calibrated"), "field 'correction': 'calibrated' is calibrated to the window rule"),
+    (("stop_rule: interval\nconfidence_level: 0.9\ncorrection: bonferroni\nstages: [10, 30, all]",
+      "stop_rule: window\nconfidence_level: 0.9\ncorrection: calibrated\nstages: [10, 30, all]"), None),
 ])
 def test_bad_plans_are_refused_with_the_field(tmp_path, change, message):
+    if message is None:  # the window rule with the calibrated constant is a valid plan; with min_stage it is not
+        assert load_tier_plan(_plan(tmp_path, GOOD.replace(*change))).correction == "calibrated"
+        change = (GOOD, GOOD.replace(*change).replace("resolution: maximal}", "resolution: maximal, min_stage: 30}"))
+        message = "field 'correction': 'calibrated' assumes the rule may stop at every look"
     with pytest.raises(ConfigError) as err:
         load_tier_plan(_plan(tmp_path, GOOD.replace(*change)))
     assert message in str(err.value) and "plan.yaml" in str(err.value)
@@ -111,7 +122,11 @@ def test_tiers_validate_cli(tmp_path, capsys):
 
 
 def test_tiers_validate_prints_the_per_look_level_of_the_plans_correction(capsys):
+    assert main(["tiers", "validate", "lean"]) == 0
+    out = capsys.readouterr().out
+    # Pocock's constant at 80% for the 18 geometric looks on datasets larger than every stage
+    assert "correction pocock: first look at 0.9" in out and "on datasets larger than the last stage" in out
     assert main(["tiers", "validate", "default"]) == 0
     out = capsys.readouterr().out
-    # Pocock's constant for the 18 geometric looks on datasets larger than every stage: z = 2.75
-    assert "correction pocock: first look at 0.9940 on datasets larger than the last stage" in out
+    # Pocock's constant for the same looks at 95%, z = 2.75, bounds the calibrated constant
+    assert "correction calibrated: every look at most 0.9940 (Pocock's" in out

@@ -1,0 +1,170 @@
+"""The constant calibrated to the window rule, checked against theory and independent simulations."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from flasheval.placement.backtest import backtest
+from flasheval.placement.calibration import (brownian_paths, calibrated_constant, stop_miss_rates, top_limit_miss,
+                                             true_positions)
+from flasheval.placement.controller import look_plan, window_fits
+from flasheval.placement.simulation import synthetic_reference
+from flasheval.placement.tiers import load_tier_plan
+from flasheval.stats.sequential import pocock_constant
+
+
+def test_brownian_paths_have_the_nested_looks_correlation():
+    info = np.array([1.0, 2.0, 8.0])
+    z = brownian_paths(info, 400_000, np.random.default_rng(1))
+    expected = np.sqrt(np.minimum.outer(info, info) / np.maximum.outer(info, info))
+    assert np.abs(np.corrcoef(z.T) - expected).max() < 0.01
+    assert np.abs(z.std(axis=0) - 1).max() < 0.01
+
+
+def test_one_look_that_always_stops_misses_at_the_normal_upper_tail():
+    n_paths = 200_000
+    z = np.random.default_rng(3).standard_normal((n_paths, 1))
+    fits = np.ones((4, 4), dtype=bool)
+    rates = stop_miss_rates(2.0, np.array([0.0]), np.array([1.0]), z, fits, np.array([-1e-9, 1e-9, -3.0]))
+    tail = stats.norm.sf(2.0)
+    assert rates[:2] == pytest.approx([tail, tail], abs=4 * np.sqrt(tail / n_paths))
+    assert rates[2] < 1e-3
+
+
+def test_a_rule_that_never_stops_never_misses():
+    z = np.random.default_rng(4).standard_normal((1000, 3))
+    rates = stop_miss_rates(1.0, np.array([0.3, -0.2]), np.array([1.0, 0.5, 0.2]), z, np.zeros((5, 5), dtype=bool),
+                            np.linspace(-1, 1, 21))
+    assert rates.max() == 0.0
+
+
+def test_the_top_limit_matches_the_real_window_rule_far_from_the_pool():
+    # Truth just below the best of widely spaced pool models, a spread far below the gaps: the rule runs
+    # until |Z| >= c and misses on the upper exits only. Simulated with the real window rule, against half
+    # the two-sided crossing probability by recursive integration (an independent method).
+    plan = load_tier_plan("default").for_pool(11)
+    values = -np.arange(10, dtype=float)
+    info = np.array([20.0, 25, 32, 40, 50, 63, 80, 100])
+    n_paths = 40_000
+    z = brownian_paths(info, n_paths, np.random.default_rng(7))
+    rate = stop_miss_rates(2.4, values, 1e-4 / np.sqrt(info), z, window_fits(plan, 11), np.array([-1e-9]))[0]
+    expected = top_limit_miss(2.4, info)
+    assert 0.03 < expected < 0.06
+    assert rate == pytest.approx(expected, abs=4 * np.sqrt(expected / n_paths))
+
+
+def test_the_limit_at_pococks_constant_for_twice_alpha_is_alpha():
+    info = (1.0, 2.0, 4.0, 8.0)
+    assert top_limit_miss(pocock_constant(info, 0.10), info) == pytest.approx(0.05, abs=1e-6)
+
+
+def test_one_always_stopping_look_calibrates_to_the_one_sided_quantile():
+    # one pool model, every interval stops at once: the worst miss is 1 - Phi(c) (truth next to the model)
+    cal = calibrated_constant([0.0], [1.0], np.ones((4, 4), dtype=bool), 0.95, n_paths=20_000)
+    assert cal.lower_bound == pytest.approx(stats.norm.isf(0.05), abs=1e-4)
+    assert stats.norm.isf(0.05) - 1e-9 <= cal.constant <= stats.norm.isf(0.05) + 0.05
+    assert cal.worst_miss <= 0.05 + 1e-12 and cal.pocock == pytest.approx(stats.norm.isf(0.025), abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def pool_and_plan():
+    ref = synthetic_reference(25, [300, 500, 400], rng=11)
+    pool = ref.without(ref.model_ids[0])
+    return pool, replace(load_tier_plan("default"), correction="calibrated").for_pool(pool.n_models + 1)
+
+
+def test_the_calibrated_constant_holds_alpha_on_fresh_paths(pool_and_plan):
+    pool, plan = pool_and_plan
+    looks = look_plan(pool, plan)
+    se = np.sqrt([v for v in looks.variances if v > 0]) / len(pool.dataset_names)
+    values, fits = pool.aggregate_values(), window_fits(plan, pool.n_models + 1)
+    cal = calibrated_constant(values, se, fits, 0.95)
+    assert cal.lower_bound <= cal.constant < cal.pocock
+    assert cal == calibrated_constant(values, se, fits, 0.95)  # deterministic
+    # an independent check: 40,000 fresh paths (another seed) at every true position and spread
+    n_paths = 40_000
+    z = brownian_paths(1.0 / se ** 2, n_paths, np.random.default_rng(12345))
+    thetas = true_positions(values)
+    worst = max(float(np.concatenate([stop_miss_rates(cal.constant, values, s * se, z, fits, thetas[i:i + 4])
+                                      for i in range(0, len(thetas), 4)]).max()) for s in (0.25, 0.5, 1.0, 2.0))
+    assert worst <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 4000)  # the calibration's own Monte Carlo error
+    # and a constant one step below the lower bound's exact limit already fails
+    assert top_limit_miss(cal.lower_bound - 0.05, 1.0 / se ** 2) > 0.05
+
+
+def test_look_plan_uses_the_calibrated_constant(pool_and_plan):
+    pool, plan = pool_and_plan
+    looks = look_plan(pool, plan)
+    pocock = look_plan(pool, replace(plan, correction="pocock"))
+    se = np.sqrt([v for v in looks.variances if v > 0]) / len(pool.dataset_names)
+    cal = calibrated_constant(pool.aggregate_values(), se, window_fits(plan, pool.n_models + 1), 0.95)
+    assert looks.levels == pytest.approx([1 - 2 * stats.norm.sf(cal.constant)] * len(looks.variances))
+    assert looks.targets == pocock.targets and looks.variances == pocock.variances
+    assert looks.levels[0] < pocock.levels[0]
+
+
+def test_a_backtest_reuses_each_pools_looks_across_seeds():
+    ref = synthetic_reference(8, [150, 200], rng=5)
+    plan = replace(load_tier_plan("default"), correction="calibrated", n_resamples=200)
+    fixed = replace(load_tier_plan("flash_helm"), n_resamples=200)
+    looks: dict = {}
+    first = backtest(ref, plan, fixed, seed=1, methods=("adaptive",), looks=looks)
+    assert len(looks) == ref.n_models
+    stored = dict(looks)
+    again = backtest(ref, plan, fixed, seed=1, methods=("adaptive",), looks=looks)
+    plain = backtest(ref, plan, fixed, seed=1, methods=("adaptive",))
+    assert looks == stored
+    assert first.rows == again.rows == plain.rows
+
+
+def test_stop_miss_rates_agree_with_a_path_by_path_loop():
+    # brute force: walk every path look by look in Python, stop at the first fitting interval
+    gen = np.random.default_rng(21)
+    values = np.sort(gen.normal(size=12))[::-1]
+    se = np.array([0.8, 0.5, 0.3, 0.15])
+    z = brownian_paths(1.0 / se ** 2, 300, gen)
+    plan = load_tier_plan("default").for_pool(13)
+    fits = window_fits(plan, 13)
+    thetas = true_positions(values, n_grid=7)
+    expected = []
+    for theta in thetas:
+        true = 1 + int((values > theta).sum())
+        misses = 0
+        for path in z:
+            for k in range(len(se)):
+                est = theta + se[k] * path[k]
+                lo, hi = 1 + int((values > est + 2.3 * se[k]).sum()), 1 + int((values > est - 2.3 * se[k]).sum())
+                if fits[lo, hi]:
+                    misses += not (lo <= true <= hi)
+                    break
+        expected.append(misses / len(z))
+    assert stop_miss_rates(2.3, values, se, z, fits, thetas) == pytest.approx(expected, abs=1e-12)
+
+
+def test_a_capped_run_uses_pococks_constant_and_an_uncapped_one_the_calibrated(pool_and_plan):
+    from flasheval.placement.controller import Budget, for_budget, place
+    from flasheval.placement.replay import ReplayScorer
+
+    pool, plan = pool_and_plan
+    assert for_budget(plan, Budget()) is plan
+    assert for_budget(plan, Budget(max_examples=10_000)).correction == "pocock"
+    pocock = replace(plan, correction="pocock")
+    assert for_budget(pocock, Budget(max_tokens=5)) is pocock
+    ref = synthetic_reference(25, [300, 500, 400], rng=11)
+    held_out = ref.model_ids[0]
+    fast = replace(plan, n_resamples=200)
+    capped = place(pool, ReplayScorer(ref, held_out), fast, budget=Budget(max_examples=400))
+    free = place(pool, ReplayScorer(ref, held_out), fast)
+    assert capped.stages[0].confidence_level == pytest.approx(look_plan(pool, replace(fast, correction="pocock")).levels[0])
+    assert free.stages[0].confidence_level == pytest.approx(look_plan(pool, fast).levels[0])
+    assert free.stages[0].confidence_level < capped.stages[0].confidence_level
+
+
+def test_window_fits_adds_the_sweeps_clearly_low_stop():
+    plan = load_tier_plan("default").for_pool(30)
+    plain, racing = window_fits(plan, 30), window_fits(plan, 30, low_rank=20)
+    assert not plain[20, 30] and racing[20, 30]  # 11 ranks fit no window of the 20+ tier (+-4), but lie low
+    assert (racing[:20] == plain[:20]).all()  # intervals reaching above rank 20 are judged by the window rule only
+    assert racing[20:31, 20:31][np.triu_indices(11)].all()
