@@ -20,7 +20,7 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
     Overall two-sided level of the reported interval.
 ``correction``
     How the error ``alpha = 1 - confidence_level`` is spent across the looks (stages) of one
-    run. ``pocock`` (the default plan's): repeated confidence intervals with one Pocock constant
+    run. ``pocock`` (the lean and flash_helm plans'): repeated confidence intervals with one Pocock constant
     for every look, computed from the joint law of the nested looks on this reference (its
     dataset sizes, the finite-population factor and the pool's spreads;
     :mod:`flasheval.stats.sequential`): every look's interval covers at once with probability
@@ -30,12 +30,13 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
     ``alpha`` for any K): the per-look errors sum to at most ``alpha``, so by the union bound every
     look's interval covers at once with probability at least ``confidence_level``. With these
     three the interval reported at a data-dependent stop covers at that level whatever the stop
-    rule (coverage under optional stopping by construction). ``calibrated`` (``window`` rule only,
-    no ``min_stage``): one constant for every look, the smallest with which the interval at the
+    rule (coverage under optional stopping by construction). ``calibrated`` (the default plan's;
+    ``window`` rule only, no ``min_stage``): one constant for every look, the smallest with which the interval at the
     STOP misses with probability at most ``alpha`` for every true position, found by simulating the
     window rule at this reference's looks under the same normal model
     (:mod:`flasheval.placement.calibration`; never above Pocock's, never below Pocock's at ``2 alpha``,
-    a bound no valid constant passes); the guarantee holds up to Monte Carlo error. ``none``: each
+    a bound no valid constant passes); the guarantee holds up to Monte Carlo error, and a run with
+    a budget cap uses Pocock's constant instead (:func:`flasheval.placement.controller.for_budget`). ``none``: each
     look at ``alpha``; the level then holds per look only.
 ``pool_scale``
     Optional: the pool size (ranks) the tiers are written for. For a pool of ``n`` ranks
