@@ -31,14 +31,15 @@ about ``sqrt(alpha (1 - alpha) / n_paths)`` on each simulated rate (0.34 points 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from flasheval.stats.sequential import continuation_probability, pocock_constant
 
-__all__ = ["Calibration", "brownian_paths", "stop_miss_rates", "top_limit_miss", "true_positions", "calibrated_constant"]
+__all__ = ["Calibration", "brownian_paths", "stop_miss_rates", "rank_function", "top_limit_miss", "true_positions",
+           "calibrated_constant"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,25 +79,61 @@ def stop_miss_rates(c: float, values: np.ndarray, se: np.ndarray, z: np.ndarray,
     (shape at least ``(n_pool + 2, n_pool + 2)``); ``thetas``: true aggregates. A path that never stops
     reaches the look where every example is scored, which cannot miss.
     """
-    desc = np.sort(-np.asarray(values, dtype=np.float64))  # ascending negatives: rank(x) = 1 + #(values > x)
+    rank = rank_function(values)
     theta = np.asarray(thetas, dtype=np.float64)
     se = np.asarray(se, dtype=np.float64)
-    shape = (len(theta), z.shape[0])
-    missed = np.zeros(shape, dtype=bool)
-    active = np.ones(shape, dtype=bool)  # not stopped yet: only those are looked at again
-    true = (1 + np.searchsorted(desc, -theta, side="left"))[:, None] * np.ones(shape, dtype=np.int64)
+    n_paths = z.shape[0]
+    true = rank(theta)
+    misses = np.zeros(len(theta), dtype=np.int64)
+    rows = np.repeat(np.arange(len(theta)), n_paths)  # the (position, path) pairs not stopped yet
+    cols = np.tile(np.arange(n_paths), len(theta))
     for k in range(len(se)):
-        rows, cols = np.nonzero(active)
         if len(rows) == 0:
             break
         est = theta[rows] + se[k] * z[cols, k]
-        lo = 1 + np.searchsorted(desc, -(est + c * se[k]), side="left")
-        hi = 1 + np.searchsorted(desc, -(est - c * se[k]), side="left")
+        lo, hi = rank(est + c * se[k]), rank(est - c * se[k])
         stop = fits[lo, hi]
-        r, q, t = rows[stop], cols[stop], true[rows[stop], cols[stop]]
-        missed[r, q] = (t < lo[stop]) | (t > hi[stop])
-        active[r, q] = False
-    return missed.mean(axis=1)
+        t = true[rows[stop]]
+        misses += np.bincount(rows[stop][(t < lo[stop]) | (t > hi[stop])], minlength=len(theta))
+        rows, cols = rows[~stop], cols[~stop]
+    return misses / n_paths
+
+
+def rank_function(values: Sequence[float], max_bins: int = 1 << 20) -> Callable[[np.ndarray], np.ndarray]:
+    """``rank(x) = 1 + #(values > x)``, vectorised; a bin table when the values are well apart, else ``searchsorted``.
+
+    The table splits ``[min - h, max + h]`` into bins of width ``h`` at most half the smallest gap
+    between values, so a bin holds at most one value: ``rank(x) = 1 + above[b] + (value[b] > x)`` for
+    ``x`` in bin ``b``, with ``above[b]`` the values in higher bins (exact, and several times faster
+    than a binary search on these sizes). Bins outside the range hold no value, so clipping is exact.
+
+    Examples
+    --------
+    >>> rank = rank_function([0.3, 0.9, 0.5])
+    >>> rank(np.array([1.0, 0.9, 0.7, 0.5, 0.1, -5.0])).tolist()
+    [1, 1, 2, 2, 4, 4]
+    """
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    desc = -v[::-1]  # ascending negatives: rank(x) = 1 + #(values > x) = 1 + searchsorted(desc, -x, "left")
+    gaps = np.diff(v)
+    span = float(v[-1] - v[0]) if len(v) else 0.0
+    if len(v) < 2 or gaps.min() <= 0 or span / (gaps.min() / 2) + 3 > max_bins:
+        return lambda x: 1 + np.searchsorted(desc, -np.asarray(x, dtype=np.float64), side="left")
+    h = gaps.min() / 2
+    x0 = v[0] - h
+    n_bins = int(np.ceil((v[-1] + h - x0) / h)) + 1
+    index = np.minimum(((v - x0) / h).astype(np.int64), n_bins - 1)
+    value = np.full(n_bins, -np.inf)
+    value[index] = v
+    counts = np.bincount(index, minlength=n_bins)
+    above = np.r_[np.cumsum(counts[::-1])[::-1][1:], 0]  # values in bins strictly above b
+
+    def rank(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        b = np.clip(((x - x0) / h).astype(np.int64), 0, n_bins - 1)
+        return 1 + above[b] + (value[b] > x)
+
+    return rank
 
 
 def top_limit_miss(c: float, information: Sequence[float]) -> float:

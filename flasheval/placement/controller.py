@@ -461,10 +461,16 @@ def window_fits(plan: TierPlan, n_ranks: int, low_rank: int | None = None) -> np
     (True, False, True, False)
     """
     fits = np.zeros((n_ranks + 2, n_ranks + 2), dtype=bool)
-    for lo in range(1, n_ranks + 1):
-        for hi in range(lo, n_ranks + 1):
-            fits[lo, hi] = window_rank(plan, (lo, hi), (lo + hi) / 2) is not None or (
-                low_rank is not None and lo >= low_rank)
+    for r in range(1, n_ranks + 1):  # the window of rank r holds every [lo, hi] with r - k <= lo <= r <= hi <= r + k
+        k = plan.tier_for(r).resolution
+        fits[max(1, r - k):r + 1, r:min(n_ranks, r + k) + 1] = True
+    lo, hi = np.indices(fits.shape)
+    for tier in plan.tiers:  # an interval reaching a maximal tier must be that single rank
+        if tier.resolution == 0:
+            reaches = (hi >= tier.first) & (lo <= (n_ranks if tier.last is None else tier.last))
+            fits &= ~(reaches & (lo != hi))
+    if low_rank is not None:
+        fits |= (lo >= low_rank) & (lo <= hi) & (hi <= n_ranks)
     return fits
 
 

@@ -168,3 +168,26 @@ def test_window_fits_adds_the_sweeps_clearly_low_stop():
     assert not plain[20, 30] and racing[20, 30]  # 11 ranks fit no window of the 20+ tier (+-4), but lie low
     assert (racing[:20] == plain[:20]).all()  # intervals reaching above rank 20 are judged by the window rule only
     assert racing[20:31, 20:31][np.triu_indices(11)].all()
+
+
+@pytest.mark.parametrize("name, n_ranks, low_rank", [("default", 30, None), ("default", 69, 34), ("default", 200, None),
+                                                     ("lean", 45, 20), ("flash_helm", 25, None)])
+def test_window_fits_equals_the_window_rule_on_every_interval(name, n_ranks, low_rank):
+    from flasheval.placement.controller import window_rank
+
+    plan = load_tier_plan(name).for_pool(n_ranks)
+    fits = window_fits(plan, n_ranks, low_rank)
+    for lo in range(n_ranks + 2):
+        for hi in range(n_ranks + 2):
+            expected = 1 <= lo <= hi <= n_ranks and (window_rank(plan, (lo, hi), (lo + hi) / 2) is not None
+                                                     or (low_rank is not None and lo >= low_rank))
+            assert fits[lo, hi] == expected, (lo, hi)
+
+
+def test_rank_function_counts_the_values_above_exactly():
+    from flasheval.placement.calibration import rank_function
+
+    gen = np.random.default_rng(8)
+    for values in (gen.normal(size=50), np.round(gen.normal(size=40), 1), np.array([0.5]), np.array([0.2, 0.2, 0.7])):
+        x = np.r_[gen.normal(size=2000) * 2, values, np.nextafter(values, np.inf), np.nextafter(values, -np.inf), -1e9, 1e9]
+        assert (rank_function(values)(x) == 1 + (values[None, :] > x[:, None]).sum(axis=1)).all()
