@@ -27,10 +27,18 @@ above it.
 What holds is a guarantee under the normal model up to Monte Carlo error: ``n_paths`` common random
 paths (seeded, so the constant is a deterministic function of the pool and the looks), standard error
 about ``sqrt(alpha (1 - alpha) / n_paths)`` on each simulated rate (0.34 points at 4,000 paths and 5%).
+
+Being deterministic, the result is memoised in the process by a SHA-256 of the inputs' bytes (the
+pool's values, the looks' standard errors, the window table, the level and the simulation's settings):
+a later call with the same inputs (the same pool placed again, at another seed, by another sweep
+round) returns the stored :class:`Calibration` at once. The memo holds the last
+:data:`MEMO_SIZE` results of this process and nothing else; it is never written to disk.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -39,7 +47,10 @@ import numpy as np
 from flasheval.stats.sequential import continuation_probability, pocock_constant
 
 __all__ = ["Calibration", "brownian_paths", "stop_miss_rates", "rank_function", "top_limit_miss", "true_positions",
-           "calibrated_constant"]
+           "calibrated_constant", "MEMO_SIZE"]
+
+MEMO_SIZE = 1024
+"""How many calibrations one process keeps (each is four floats; least recently used go first)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,7 +194,39 @@ def calibrated_constant(values: Sequence[float], se: Sequence[float], fits: np.n
     >>> cal = calibrated_constant([0.0], [1.0], fits, 0.95, n_paths=20_000)
     >>> round(cal.lower_bound, 3), cal.constant >= cal.lower_bound, cal.constant <= cal.pocock
     (1.645, True, True)
+    >>> calibrated_constant([0.0], [1.0], fits, 0.95, n_paths=20_000) is cal  # memoised: the same inputs
+    True
     """
+    key = _memo_key(values, se, fits, confidence_level, n_paths, scales, step, seed)
+    found = _MEMO.get(key)
+    if found is not None:
+        _MEMO.move_to_end(key)
+        return found
+    cal = _calibrate(values, se, fits, confidence_level, n_paths=n_paths, scales=scales, step=step, seed=seed, chunk=chunk)
+    _MEMO[key] = cal
+    while len(_MEMO) > MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return cal
+
+
+_MEMO: OrderedDict[str, Calibration] = OrderedDict()
+
+
+def _memo_key(values: Sequence[float], se: Sequence[float], fits: np.ndarray, confidence_level: float, n_paths: int,
+              scales: Sequence[float], step: float, seed: int) -> str:
+    """SHA-256 of everything the result depends on (``chunk`` only sets memory), as exact bytes."""
+    digest = hashlib.sha256()
+    for array in (np.asarray(values, dtype=np.float64), np.asarray(se, dtype=np.float64),
+                  np.asarray(fits, dtype=bool), np.asarray(scales, dtype=np.float64),
+                  np.array([confidence_level, step], dtype=np.float64), np.array([n_paths, seed], dtype=np.int64)):
+        digest.update(repr(array.shape).encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def _calibrate(values: Sequence[float], se: Sequence[float], fits: np.ndarray, confidence_level: float, *,
+               n_paths: int, scales: Sequence[float], step: float, seed: int, chunk: int) -> Calibration:
+    """:func:`calibrated_constant` without the memo."""
     alpha = 1.0 - confidence_level
     se_arr = np.asarray(se, dtype=np.float64)
     values_arr = np.asarray(values, dtype=np.float64)

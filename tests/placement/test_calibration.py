@@ -1,14 +1,16 @@
 """The constant calibrated to the window rule, checked against theory and independent simulations."""
 
+from collections import OrderedDict
 from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from flasheval.placement import calibration
 from flasheval.placement.backtest import backtest
-from flasheval.placement.calibration import (brownian_paths, calibrated_constant, stop_miss_rates, top_limit_miss,
-                                             true_positions)
+from flasheval.placement.calibration import (Calibration, brownian_paths, calibrated_constant, stop_miss_rates,
+                                             top_limit_miss, true_positions)
 from flasheval.placement.controller import look_plan, window_fits
 from flasheval.placement.simulation import synthetic_reference
 from flasheval.placement.tiers import load_tier_plan
@@ -75,48 +77,57 @@ def pool_and_plan():
     return pool, replace(load_tier_plan("default"), correction="calibrated").for_pool(pool.n_models + 1)
 
 
-def test_the_calibrated_constant_holds_alpha_on_fresh_paths(pool_and_plan):
-    pool, plan = pool_and_plan
-    looks = look_plan(pool, plan)
-    se = np.sqrt([v for v in looks.variances if v > 0]) / len(pool.dataset_names)
-    values, fits = pool.aggregate_values(), window_fits(plan, pool.n_models + 1)
-    cal = calibrated_constant(values, se, fits, 0.95)
-    assert cal.lower_bound <= cal.constant < cal.pocock
-    assert cal == calibrated_constant(values, se, fits, 0.95)  # deterministic
-    # an independent check: 40,000 fresh paths (another seed) at every true position and spread
-    n_paths = 40_000
-    z = brownian_paths(1.0 / se ** 2, n_paths, np.random.default_rng(12345))
-    thetas = true_positions(values)
-    worst = max(float(np.concatenate([stop_miss_rates(cal.constant, values, s * se, z, fits, thetas[i:i + 4])
-                                      for i in range(0, len(thetas), 4)]).max()) for s in (0.25, 0.5, 1.0, 2.0))
-    assert worst <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 4000)  # the calibration's own Monte Carlo error
-    # and a constant one step below the lower bound's exact limit already fails
-    assert top_limit_miss(cal.lower_bound - 0.05, 1.0 / se ** 2) > 0.05
-
-
-def test_look_plan_uses_the_calibrated_constant(pool_and_plan):
+def test_look_plans_calibrated_constant_is_above_the_bound_below_pocock_and_holds_alpha_on_fresh_paths(
+        pool_and_plan, monkeypatch):
     pool, plan = pool_and_plan
     looks = look_plan(pool, plan)
     pocock = look_plan(pool, replace(plan, correction="pocock"))
-    se = np.sqrt([v for v in looks.variances if v > 0]) / len(pool.dataset_names)
-    cal = calibrated_constant(pool.aggregate_values(), se, window_fits(plan, pool.n_models + 1), 0.95)
-    assert looks.levels == pytest.approx([1 - 2 * stats.norm.sf(cal.constant)] * len(looks.variances))
     assert looks.targets == pocock.targets and looks.variances == pocock.variances
     assert looks.levels[0] < pocock.levels[0]
+    assert len(set(looks.levels)) == 1  # one constant for every look
+    c = float(stats.norm.isf((1.0 - looks.levels[0]) / 2.0))
+    se = np.sqrt([v for v in looks.variances if v > 0]) / len(pool.dataset_names)
+    info = 1.0 / se ** 2
+    # theory: no valid constant is below Pocock's at 2 alpha (the exact top limit), and it saves on Pocock's
+    bound = pocock_constant(tuple(info), 0.10)
+    assert bound - 1e-9 <= c < pocock_constant(tuple(info), 0.05)
+    assert top_limit_miss(bound - 0.05, info) > 0.05  # a constant just below the bound already fails
+    # an independent simulation: 40,000 fresh paths (another seed) at every true position and spread
+    assert pool.ranking_higher_is_better()
+    values, fits = pool.aggregate_values(), window_fits(plan, pool.n_models + 1)
+    n_paths = 40_000
+    z = brownian_paths(info, n_paths, np.random.default_rng(12345))
+    thetas = true_positions(values)
+    worst = max(float(np.concatenate([stop_miss_rates(c, values, s * se, z, fits, thetas[i:i + 4])
+                                      for i in range(0, len(thetas), 4)]).max()) for s in (0.25, 0.5, 1.0, 2.0))
+    assert worst <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 4000)  # the calibration's own Monte Carlo error
+    # deterministic: recomputed from scratch (an empty memo), the same looks
+    monkeypatch.setattr(calibration, "_MEMO", OrderedDict())
+    assert look_plan(pool, plan) == looks
 
 
-def test_a_backtest_reuses_each_pools_looks_across_seeds():
-    ref = synthetic_reference(8, [150, 200], rng=5)
+def test_a_backtest_reuses_each_pools_looks_across_seeds(monkeypatch):
+    from flasheval.placement import backtest as backtest_module
+
+    ref = synthetic_reference(5, [80, 100], rng=5)
     plan = replace(load_tier_plan("default"), correction="calibrated", n_resamples=200)
     fixed = replace(load_tier_plan("flash_helm"), n_resamples=200)
+    computed = []
+    real = backtest_module.look_plan
+    monkeypatch.setattr(backtest_module, "look_plan",
+                        lambda pool, *a, **k: computed.append(pool) or real(pool, *a, **k))
     looks: dict = {}
+    # an empty cache: every pool's looks are computed, as without a cache, and stored per held-out model
     first = backtest(ref, plan, fixed, seed=1, methods=("adaptive",), looks=looks)
-    assert len(looks) == ref.n_models
+    assert len(computed) == ref.n_models
+    assert sorted(model_id for model_id, _ in looks) == sorted(ref.model_ids)
+    assert len({looks[key].variances for key in looks}) == ref.n_models  # each pool its own looks
     stored = dict(looks)
+    # a full cache: nothing is computed, nothing changes, and the rows are the same
     again = backtest(ref, plan, fixed, seed=1, methods=("adaptive",), looks=looks)
-    plain = backtest(ref, plan, fixed, seed=1, methods=("adaptive",))
+    assert len(computed) == ref.n_models
     assert looks == stored
-    assert first.rows == again.rows == plain.rows
+    assert first.rows == again.rows
 
 
 def test_stop_miss_rates_agree_with_a_path_by_path_loop():
@@ -157,8 +168,17 @@ def test_a_capped_run_uses_pococks_constant_and_an_uncapped_one_the_calibrated(p
     fast = replace(plan, n_resamples=200)
     capped = place(pool, ReplayScorer(ref, held_out), fast, budget=Budget(max_examples=400))
     free = place(pool, ReplayScorer(ref, held_out), fast)
-    assert capped.stages[0].confidence_level == pytest.approx(look_plan(pool, replace(fast, correction="pocock")).levels[0])
-    assert free.stages[0].confidence_level == pytest.approx(look_plan(pool, fast).levels[0])
+    # Pocock's constant: every look of the plan covers at once with the plan's level. Simulated by hand:
+    # standardized Brownian motion at the looks' information (the looks that can err, from their variances).
+    c = float(stats.norm.isf((1.0 - capped.stages[0].confidence_level) / 2.0))
+    assert {s.confidence_level for s in capped.stages} == {capped.stages[0].confidence_level}
+    info = 1.0 / np.array(sorted({v for v in look_plan(pool, fast).variances if v > 0}, reverse=True))
+    assert len(info) > 1
+    n_paths = 200_000
+    steps = np.random.default_rng(31).standard_normal((n_paths, len(info))) * np.sqrt(np.diff(np.r_[0.0, info]))
+    z = np.cumsum(steps, axis=1) / np.sqrt(info)
+    coverage = float(np.mean(np.all(np.abs(z) < c, axis=1)))
+    assert coverage == pytest.approx(0.95, abs=4 * np.sqrt(0.05 * 0.95 / n_paths))
     assert free.stages[0].confidence_level < capped.stages[0].confidence_level
 
 
@@ -191,3 +211,35 @@ def test_rank_function_counts_the_values_above_exactly():
     for values in (gen.normal(size=50), np.round(gen.normal(size=40), 1), np.array([0.5]), np.array([0.2, 0.2, 0.7])):
         x = np.r_[gen.normal(size=2000) * 2, values, np.nextafter(values, np.inf), np.nextafter(values, -np.inf), -1e9, 1e9]
         assert (rank_function(values)(x) == 1 + (values[None, :] > x[:, None]).sum(axis=1)).all()
+
+
+def test_calibrated_constant_is_memoised_by_value_with_a_bounded_memo(monkeypatch):
+    monkeypatch.setattr(calibration, "_MEMO", OrderedDict())
+    monkeypatch.setattr(calibration, "MEMO_SIZE", 2)
+    calls = []
+    real = calibration.stop_miss_rates
+    monkeypatch.setattr(calibration, "stop_miss_rates", lambda *a, **k: calls.append(1) or real(*a, **k))
+    fits = np.ones((4, 4), dtype=bool)  # one pool model, every interval stops at once
+
+    def calibrate(value: float = 0.5, confidence_level: float = 0.95, **kwargs) -> Calibration:
+        # fresh array objects every call: the memo must key on values, not identity
+        cal = calibrated_constant(np.array([value]), np.array([1.0]), fits.copy(), confidence_level, n_paths=2000,
+                                  **kwargs)
+        assert len(calibration._MEMO) <= 2
+        return cal
+
+    first = calibrate()
+    assert len(calls) > 0  # the first call simulates
+    n = len(calls)
+    assert calibrate() is first and len(calls) == n  # equal inputs: the stored result, no simulation
+    assert calibrate(chunk=3) is first and len(calls) == n  # the chunk only sets memory
+    calibrate(0.5 + 1e-12)  # one value changed: simulated again
+    assert len(calls) > n
+    n = len(calls)
+    assert calibrate() is first and len(calls) == n  # still stored; now the most recently used
+    calibrate(confidence_level=0.9)  # another level: simulated again, evicting the least recently used
+    assert len(calls) > n
+    n = len(calls)
+    assert calibrate() is first and len(calls) == n
+    calibrate(0.5 + 1e-12)  # evicted: simulated again
+    assert len(calls) > n
