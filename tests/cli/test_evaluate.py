@@ -1,5 +1,9 @@
-"""``flasheval evaluate``: one-line errors for bad input; on the real SmolLM2 GGUF: records,
-resume after ``kill -9`` (nothing finished recomputed, torn record dropped), 2 processes == 1."""
+"""``flasheval evaluate``: one-line errors for bad input; on the real SmolLM2-135M: records,
+resume after ``kill -9`` (nothing finished recomputed, torn record dropped), 2 processes == 1.
+
+The model is the GGUF's weights converted once per test run into a Hugging Face folder
+(``tests/conftest.py``: ``smollm_hf``, checked bit for bit against the GGUF in
+``tests/engine/test_smollm.py``); ``evaluate`` on the GGUF spec itself runs in ``test_evaluate_suites.py``."""
 
 from __future__ import annotations
 
@@ -77,15 +81,20 @@ def gguf_model() -> str:
     return f"gguf:{path}"
 
 
+@pytest.fixture(scope="module")
+def smollm_model(smollm_hf: Path) -> str:
+    return f"hf:{smollm_hf}"
+
+
 def _records(output: Path) -> list[dict]:
     return [json.loads(line) for line in (output / "examples.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
-def reference_run(gguf_model, tmp_path_factory, task_dir) -> Path:
+def reference_run(smollm_model, tmp_path_factory, task_dir) -> Path:
     """One complete single-process run: 2 examples of each task, jsonl records."""
     output = tmp_path_factory.mktemp("single")
-    _cli([*_argv(gguf_model, task_dir, output, TASKS), "--format", "jsonl"])
+    _cli([*_argv(smollm_model, task_dir, output, TASKS), "--format", "jsonl"])
     return output
 
 
@@ -109,21 +118,21 @@ def test_evaluate_writes_records_and_summary(reference_run):
 
 
 @pytest.mark.slow
-def test_two_processes_write_the_same_records_as_one(reference_run, gguf_model, task_dir, tmp_path):
+def test_two_processes_write_the_same_records_as_one(reference_run, smollm_model, task_dir, tmp_path):
     output = tmp_path / "two"
     launcher = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
     ]
-    _cli([*_argv(gguf_model, task_dir, output, TASKS), "--format", "jsonl"], launcher=launcher)
+    _cli([*_argv(smollm_model, task_dir, output, TASKS), "--format", "jsonl"], launcher=launcher)
     assert read_record(output / "summary.json").payload["world_size"] == 2
     assert _records(output) == _records(reference_run)  # identical, log-likelihoods included
 
 
 @pytest.mark.slow
-def test_resume_after_kill_recomputes_nothing_finished(reference_run, gguf_model, task_dir, tmp_path):
+def test_resume_after_kill_recomputes_nothing_finished(reference_run, smollm_model, task_dir, tmp_path):
     output = tmp_path / "killed"
-    argv = [*_argv(gguf_model, task_dir, output, TASKS), "--format", "jsonl"]  # 2 examples per task
+    argv = [*_argv(smollm_model, task_dir, output, TASKS), "--format", "jsonl"]  # 2 examples per task
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "flasheval", *argv, "--batch-size", "1"]
     process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

