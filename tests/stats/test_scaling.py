@@ -167,15 +167,6 @@ def test_paper_relative_errors_reproduced_within_0_1_pp(shared_dir):
     assert headline[("RedPajama", "6.9B M=20", "err_avg17")] == pytest.approx(0.0464, abs=5e-5)
 
 
-def test_docstring_examples_hold():
-    import doctest
-
-    import flasheval.stats.scaling as module
-
-    result = doctest.testmod(module)
-    assert result.attempted >= 8 and result.failed == 0
-
-
 def test_resamples_keep_enough_runs_and_two_multipliers():
     from flasheval.stats.scaling import _resample_indices
 
