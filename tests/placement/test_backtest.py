@@ -90,15 +90,23 @@ def test_backtest_is_deterministic_and_seeds_summarise_each_seed():
             parse_seeds(bad)
 
 
-def test_backtest_and_place_cli_write_records(tmp_path, capsys, monkeypatch):
+@pytest.fixture(scope="module")
+def synthetic_folder(tmp_path_factory):
+    """A written 10-model synthetic reference, as ``reference import`` would leave one."""
+    import pandas as pd
+
     ref = synthetic_reference(10, [100, 150], rng=6)
     rows = [{"model": m, "dataset": d, "example_id": e, "score": float(s)}
             for d, ids, mat in zip(ref.dataset_names, ref.example_ids, ref.scores)
             for i, m in enumerate(ref.model_ids) for e, s in zip(ids, mat[i])]
-    import pandas as pd
-
-    folder = write_reference(tmp_path / "syn", pd.DataFrame(rows), name="syn", source="test", licence="none", metric="acc")
+    folder = write_reference(tmp_path_factory.mktemp("refs") / "syn", pd.DataFrame(rows), name="syn", source="test",
+                             licence="none", metric="acc")
     assert load_reference(folder).n_models == 10
+    return folder
+
+
+def test_backtest_cli_writes_records(synthetic_folder, tmp_path, capsys):
+    folder = synthetic_folder
     out = tmp_path / "bt.json"
     assert main(["backtest", "--reference", str(folder), "--output", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -109,6 +117,11 @@ def test_backtest_and_place_cli_write_records(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert "over seeds 0, 1:" in printed and "seed 0" in printed and "total saving" in printed
     assert [s["seed"] for s in read_record(out).payload["seeds"]] == [0, 1]
+
+
+def test_place_cli_refuses_bad_options_in_one_line_and_writes_a_record(synthetic_folder, tmp_path, capsys,
+                                                                      monkeypatch):
+    folder = synthetic_folder
     for option, value in (("--max-examples", "-5"), ("--max-tokens", "0"), ("--max-flops", "nan"),
                           ("--n-parameters", "-1"), ("--seed", "-2")):
         assert main(["place", "--reference", str(folder), "--model", "replay:m003", option, value]) == 1
