@@ -9,6 +9,57 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist runs one worker per core (README's test command: -n 2): one torch thread each, as
+    # the launched test processes run (OMP_NUM_THREADS=1), so workers do not oversubscribe the cores.
+    # Set before any test module imports torch.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+TEST_BUDGET_S = 60.0
+"""A test whose setup, call and teardown together take longer than this is named after the run."""
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("flasheval")
+    group.addoption("--test-budget", type=float, default=TEST_BUDGET_S, metavar="SECONDS",
+                    help=f"name every test whose setup + call + teardown took longer (default {TEST_BUDGET_S:.0f})")
+    group.addoption("--test-budget-strict", action="store_true",
+                    help="fail the run when a test is over the budget (off by default: shared machines vary)")
+
+
+def over_budget(reports, budget: float) -> list[tuple[str, float]]:
+    """``(test id, seconds)`` of every test whose phases add up to more than ``budget``, slowest first."""
+    total: dict[str, float] = {}
+    for report in reports:
+        total[report.nodeid] = total.get(report.nodeid, 0.0) + float(getattr(report, "duration", 0.0) or 0.0)
+    return sorted(((k, v) for k, v in total.items() if v > budget), key=lambda kv: -kv[1])
+
+
+def _reports(terminalreporter) -> list:
+    # every phase's report: a passing setup or teardown is filed under the key "", not "passed"
+    return [r for reports in terminalreporter.stats.values() for r in reports
+            if hasattr(r, "nodeid") and getattr(r, "when", None) in ("setup", "call", "teardown")]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    budget = config.getoption("--test-budget")
+    slow = over_budget(_reports(terminalreporter), budget)
+    terminalreporter.section("test budget")
+    if not slow:
+        terminalreporter.write_line(f"no test took longer than {budget:.0f} s")
+    for nodeid, seconds in slow:
+        terminalreporter.write_line(f"over the {budget:.0f} s budget: {seconds:.1f} s {nodeid}")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    config = session.config
+    if not config.getoption("--test-budget-strict") or hasattr(config, "workerinput"):
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and over_budget(_reports(reporter), config.getoption("--test-budget")):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def find_shared_dir() -> Path | None:
     """``$FLASHEVAL_SHARED`` if set, else ``<repo root>/../shared``; ``None`` when it does not exist."""
     candidate = Path(os.environ.get("FLASHEVAL_SHARED") or REPO_ROOT.parent / "shared")

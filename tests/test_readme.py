@@ -15,7 +15,7 @@ def _readme_commands() -> list[str]:
 def test_readme_opens_with_setup_and_main_job_then_tests():
     main_job, tests = _readme_commands()[:2]
     assert main_job.endswith(".venv/bin/flasheval place")
-    assert tests.endswith(".venv/bin/python -m pytest -q")
+    assert tests.endswith(".venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=25")
     assert "pip install -q torch==2.13.0" in main_job and "pip install -q torch==2.13.0" in tests
 
 
