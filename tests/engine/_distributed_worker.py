@@ -1,10 +1,12 @@
 """Worker for the distributed tests: run under ``accelerate launch``; each process writes rank<N>.json.
 
-``worker.py OUT [--separate-stores] [--fail RANK:CALL:HOW]``: with ``--separate-stores`` each
-process opens its own store folder ``OUT/store<rank>`` (a cluster without a shared filesystem);
-otherwise all share ``OUT``. ``--fail`` makes process RANK's backend, on its CALL-th batch, raise
-(``raise``), vanish without an error (``exit``) or stop answering (``hang``): the test's own
-failing backend, so the library needs no failure hook.
+``worker.py OUT [--separate-stores] [--also-separate OUT2] [--fail RANK:CALL:HOW]``: with
+``--separate-stores`` each process opens its own store folder ``OUT/store<rank>`` (a cluster without
+a shared filesystem); otherwise all share ``OUT``. ``--also-separate OUT2`` runs a second job in the
+same launch, with separate stores under ``OUT2`` (one launch, one torch import per process, for two
+checks). ``--fail`` makes process RANK's backend, on its CALL-th batch, raise (``raise``), vanish
+without an error (``exit``) or stop answering (``hang``): the test's own failing backend, so the
+library needs no failure hook.
 """
 
 from __future__ import annotations
@@ -21,17 +23,12 @@ from flasheval.errors import FlashevalError
 from tests.engine.test_distributed import backend_for_test, requests_for_test
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out_dir")
-    parser.add_argument("--separate-stores", action="store_true")
-    parser.add_argument("--fail", default="")
-    args = parser.parse_args(argv)
-    state = make_state()
+def run_job(state, out_dir: str, separate_stores: bool, fail: str) -> int:
+    """Score the test's requests data-parallel into ``out_dir``'s store(s); write this rank's results."""
     backend = backend_for_test()
-    store_dir = f"{args.out_dir}/store{state.process_index}" if args.separate_stores else args.out_dir
+    store_dir = f"{out_dir}/store{state.process_index}" if separate_stores else out_dir
     store = open_shared_store(store_dir, backend.fingerprint, state)
-    fail_rank, fail_call, how = (args.fail.split(":") + ["", "", ""])[:3] if args.fail else ("-1", "0", "")
+    fail_rank, fail_call, how = (fail.split(":") + ["", "", ""])[:3] if fail else ("-1", "0", "")
     calls = []
     original = backend.loglikelihood
 
@@ -54,11 +51,26 @@ def main(argv: list[str]) -> int:
     finally:
         store.close()
     rows = [[r.task_name, r.example_id, r.choice_index, r.logprob_sum, r.n_tokens, r.is_greedy] for r in results]
-    with open(f"{args.out_dir}/rank{state.process_index}.json", "w") as fh:
+    with open(f"{out_dir}/rank{state.process_index}.json", "w") as fh:
         json.dump({"world": state.num_processes, "results": rows, "n_scored": sum(calls)}, fh)
     state.wait_for_everyone()
-    state.destroy_process_group()  # an implicit teardown at exit can abort a gloo process
     return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out_dir")
+    parser.add_argument("--separate-stores", action="store_true")
+    parser.add_argument("--also-separate", default="")
+    parser.add_argument("--fail", default="")
+    args = parser.parse_args(argv)
+    state = make_state()
+    code = run_job(state, args.out_dir, args.separate_stores, args.fail)
+    if code == 0 and args.also_separate:
+        code = run_job(state, args.also_separate, True, "")
+    if code == 0:
+        state.destroy_process_group()  # an implicit teardown at exit can abort a gloo process
+    return code
 
 
 if __name__ == "__main__":

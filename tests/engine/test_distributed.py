@@ -1,8 +1,15 @@
 """Data parallelism: 2 CPU processes (gloo, accelerate's debug launcher) give exactly the
-results of 1 process, gathered by id; only the main process writes the store."""
+results of 1 process, gathered by id; only the main process writes the store.
+
+On a cluster without a shared filesystem each process opens its OWN store folder: the main
+process's holds part of the work, the other's holds different (deliberately wrong) results. Every
+process must plan from the main process's store: the same final results as one process resuming
+from the main's store, each missing request computed once, everything written to the main's store.
+Both checks run in ONE ``accelerate launch`` (``_distributed_worker.py --also-separate``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -13,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from flasheval.engine.distributed import DistributedBackend, _example_units
-from flasheval.engine.store import STORE_FILE
+from flasheval.engine.store import STORE_FILE, CachedBackend, ResultStore
 from flasheval.types import LoglikelihoodRequest
 from tests.conftest import REPO_ROOT
 from tests.engine.conftest import tiny_model_and_tokenizer
@@ -81,20 +88,77 @@ def one_thread(run):
         torch.set_num_threads(threads)
 
 
-@pytest.mark.slow
-def test_two_processes_equal_one_exactly(tmp_path):
+def _rows(results) -> list[list]:
+    return [[r.task_name, r.example_id, r.choice_index, r.logprob_sum, r.n_tokens, r.is_greedy] for r in results]
+
+
+def _resume_alone(store_dir: Path) -> tuple[list, int]:
+    """One process resuming from ``store_dir``: its results and how many requests it computed."""
+    backend = backend_for_test()
+    with ResultStore(store_dir, fingerprint=backend.fingerprint) as store:
+        cached = CachedBackend(backend, store)
+        results = one_thread(lambda: cached.loglikelihood(requests_for_test()))
+    return _rows(results), cached.n_computed
+
+
+def _prefill(store_dir: Path, pairs) -> None:
+    backend = backend_for_test()
+    with ResultStore(store_dir, fingerprint=backend.fingerprint) as store:
+        store.put_many(pairs)
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> dict:
+    """One launch of 2 processes: a job on one shared store (``shared``), then one on separate store
+    folders prefilled as above (``separate``), with what one process gives for each."""
+    root = tmp_path_factory.mktemp("launched")
+    shared, separate = root / "shared", root / "separate"
+    shared.mkdir()
     requests = requests_for_test()
-    single = one_thread(lambda: backend_for_test().loglikelihood(requests))
-    launch(Path(__file__).with_name("_distributed_worker.py"), str(tmp_path))
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    expected = [[r.task_name, r.example_id, r.choice_index, r.logprob_sum, r.n_tokens, r.is_greedy] for r in single]
+    full = one_thread(lambda: backend_for_test().loglikelihood(requests))
+    main_part = [(r.key, res) for r, res in zip(requests[:5], full[:5])]
+    # the other node's folder holds results the main process does not have, with wrong values:
+    # if that process planned from (or served) its own store, the run would hang or differ
+    wrong = [(r.key, dataclasses.replace(res, logprob_sum=123.0)) for r, res in zip(requests[5:9], full[5:9])]
+    _prefill(separate / "store0", main_part)
+    _prefill(separate / "store1", wrong)
+    _prefill(root / "alone", main_part)
+    expected, n_alone = _resume_alone(root / "alone")
+    other_before = (separate / "store1" / STORE_FILE).read_bytes()
+    launch(Path(__file__).with_name("_distributed_worker.py"), str(shared), "--also-separate", str(separate),
+           timeout=300)
+    return {"shared": shared, "separate": separate, "single": _rows(full), "resumed": expected, "n_alone": n_alone,
+            "other_before": other_before}
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_exactly(launched):
+    requests = requests_for_test()
+    shared = launched["shared"]
+    ranks = [json.loads((shared / f"rank{r}.json").read_text()) for r in (0, 1)]
+    expected = launched["single"]
     for rank in ranks:
         assert rank["world"] == 2
         assert rank["results"] == expected  # bitwise: same batches whatever the world size
     assert ranks[0]["n_scored"] + ranks[1]["n_scored"] == len(requests)  # each request scored once
     assert min(rank["n_scored"] for rank in ranks) > 0  # both processes worked
-    lines = (tmp_path / STORE_FILE).read_text().splitlines()
+    lines = (shared / STORE_FILE).read_text().splitlines()
     assert len(lines) == len(requests)  # written once, by the main process only
+
+
+@pytest.mark.slow
+def test_processes_with_different_store_folders_plan_from_the_main_process(launched):
+    requests = requests_for_test()
+    separate = launched["separate"]
+    assert launched["n_alone"] == len(requests) - 5
+    ranks = [json.loads((separate / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for rank in ranks:
+        assert rank["results"] == launched["resumed"]  # bitwise: the same plan as one process resuming from the main's store
+    assert ranks[0]["n_scored"] + ranks[1]["n_scored"] == len(requests) - 5  # each missing request once
+    assert min(rank["n_scored"] for rank in ranks) > 0  # both processes worked
+    lines = (separate / "store0" / STORE_FILE).read_text().splitlines()
+    assert len(lines) == len(requests)  # everything computed anywhere ends in the main process's store
+    assert (separate / "store1" / STORE_FILE).read_bytes() == launched["other_before"]  # the other process never writes
 
 
 def test_example_units_never_split_an_example():
