@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flasheval.placement.controller import decide  # noqa: E402
 from flasheval.placement.simulation import synthetic_scores  # noqa: E402
+from flasheval.placement.stop_rule import decide  # noqa: E402
 from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 from flasheval.stats.bootstrap import rank_distribution  # noqa: E402
 from flasheval.stats.ranking import aggregate, rank_among  # noqa: E402

@@ -14,13 +14,14 @@ mkdir -p "$OUT"
 $PY - "$GGUF" "$SHARED" <<'PYEOF' | tee "$OUT/equivalence.txt"
 import sys, time
 from pathlib import Path
-from flasheval.engine import evaluate as evaluation
-from flasheval.engine.hf import HFBackend, load_hf_backend
+from flasheval.engine.selection import select_examples, task_requests
+from flasheval.engine.hf import HFBackend
+from flasheval.engine.hf_loading import load_hf_backend
 gguf, shared = Path(sys.argv[1]), Path(sys.argv[2]) / "data" / "tasks"
 backend = load_hf_backend(str(gguf.parent), gguf_file=gguf.name, dtype="float32", device="cuda", batch_size=32)
 requests = []
-for s in evaluation.select_examples(["arc_easy", "hellaswag"], shared, n_examples=20, seed=1234):
-    requests += [r for rs in evaluation.task_requests(s, seed=1234).values() for r in rs]
+for s in select_examples(["arc_easy", "hellaswag"], shared, n_examples=20, seed=1234):
+    requests += [r for rs in task_requests(s, seed=1234).values() for r in rs]
 t = time.perf_counter(); shared_ll = backend.loglikelihood(requests); t_shared = time.perf_counter() - t
 single = HFBackend(backend._model, backend._tokenizer, fingerprint="x", batch_size=1, share_context=False)
 t = time.perf_counter(); indep = single.loglikelihood(requests); t_indep = time.perf_counter() - t

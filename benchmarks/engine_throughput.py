@@ -75,11 +75,11 @@ def _model_file(name: str) -> Path:
 
 
 def _requests(n_examples: int, seed: int):
-    from flasheval.engine import evaluate as evaluation
+    from flasheval.engine.selection import select_examples, task_requests
 
     per_task = {}
-    for selection in evaluation.select_examples(TASKS, _shared_tasks(), n_examples=n_examples, seed=seed):
-        per_task[selection.spec.name] = (selection, evaluation.task_requests(selection, seed=seed))
+    for selection in select_examples(TASKS, _shared_tasks(), n_examples=n_examples, seed=seed):
+        per_task[selection.spec.name] = (selection, task_requests(selection, seed=seed))
     return per_task
 
 
@@ -104,9 +104,9 @@ def _run_flasheval(per_task, model: Path, args: argparse.Namespace) -> tuple[flo
     """Seconds, per-choice log-likelihoods, and token counts (flasheval's and a per-choice engine's)."""
     import torch
 
-    from flasheval.engine import evaluate as evaluation
     from flasheval.engine import n_parameters
-    from flasheval.engine.hf import load_hf_backend
+    from flasheval.engine.evaluate import example_tokens
+    from flasheval.engine.hf_loading import load_hf_backend
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -124,7 +124,7 @@ def _run_flasheval(per_task, model: Path, args: argparse.Namespace) -> tuple[flo
     for request, result in zip(requests, results):
         lls.setdefault(request.task_name, {}).setdefault(request.example_id, []).append(result.logprob_sum)
     by_request = dict(zip(requests, results))
-    shared = sum(evaluation.example_tokens(reqs, [by_request[r] for r in reqs])
+    shared = sum(example_tokens(reqs, [by_request[r] for r in reqs])
                  for _, by_id in per_task.values() for reqs in by_id.values())
     per_choice = sum(r.n_context_tokens + r.n_tokens for r in results)
     return seconds, lls, {"flasheval": shared, "per_choice": per_choice, "n_parameters": n_parameters(backend)}

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import torch
 
-from flasheval.engine import evaluate as evaluation
-from flasheval.engine.hf import HFBackend, load_hf_backend
+from flasheval.engine.selection import select_examples, task_requests
+from flasheval.engine.hf import HFBackend
+from flasheval.engine.hf_loading import load_hf_backend
 
 gguf, tasks = Path(sys.argv[1]), Path(sys.argv[2])
 backend = load_hf_backend(str(gguf.parent), gguf_file=gguf.name, dtype="float32", device="cuda", batch_size=32)
 requests = []
-for s in evaluation.select_examples(["arc_easy", "hellaswag"], tasks, n_examples=20, seed=1234):
-    requests += [r for rs in evaluation.task_requests(s, seed=1234).values() for r in rs]
+for s in select_examples(["arc_easy", "hellaswag"], tasks, n_examples=20, seed=1234):
+    requests += [r for rs in task_requests(s, seed=1234).values() for r in rs]
 model, tok = backend._model, backend._tokenizer
 print("tf32 matmul:", torch.backends.cuda.matmul.allow_tf32, "attn:", getattr(model.config, "_attn_implementation", "?"))
 def compare(label):

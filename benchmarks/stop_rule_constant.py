@@ -5,11 +5,11 @@ the window rule stops it, so a smaller constant ``c`` may already give ``P(miss 
 <= alpha`` for every true position of the new model. This script measures how much smaller, under the
 same normal model of the nested looks as :mod:`flasheval.stats.sequential`: the estimate of the
 aggregate at look ``k`` is ``theta + s se_k Z_k`` with ``Z`` standardized Brownian motion at the
-reference's own looks (:func:`flasheval.placement.controller.look_plan`, the pool's spreads; ``s`` the
+reference's own looks (:func:`flasheval.placement.looks.look_plan`, the pool's spreads; ``s`` the
 new model's spread relative to the pool's, unknown in advance, so the worst case is taken over
 ``--scales``), the rank interval is that of ``[T_k - c s se_k, T_k + c s se_k]`` among the pool's
 full-data aggregates, the stop is the plan's window rule (a lookup table of
-:func:`flasheval.placement.controller.window_rank`), and the worst case is taken over true positions
+:func:`flasheval.placement.stop_rule.window_rank`), and the worst case is taken over true positions
 ``theta`` (a grid, and just above and just below every pool model).
 
 A lower bound that needs no simulation: let the truth sit just below the best pool model (true rank
@@ -53,8 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from flasheval.errors import FlashevalError  # noqa: E402
 from flasheval.placement.allocation import allocation_variance, residual_spreads  # noqa: E402
 from flasheval.placement.calibration import brownian_paths, stop_miss_rates, top_limit_miss  # noqa: E402
-from flasheval.placement.controller import look_plan, window_fits  # noqa: E402
+from flasheval.placement.looks import look_plan  # noqa: E402
 from flasheval.placement.simulation import SYNTHETIC_POOLS, synthetic_reference  # noqa: E402
+from flasheval.placement.stop_rule import window_fits  # noqa: E402
 from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 from flasheval.reference import ReferenceLeaderboard, load_reference  # noqa: E402
 from flasheval.stats.sequential import pocock_constant  # noqa: E402

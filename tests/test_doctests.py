@@ -30,6 +30,7 @@ def n_examples(name: str) -> int:
 def test_the_statistics_modules_have_examples():
     # STYLE.md: every public statistics function carries a short doctested example.
     for name in ("flasheval.stats.ranking", "flasheval.stats.bootstrap", "flasheval.stats.dior", "flasheval.stats.sampling",
-                 "flasheval.stats.irt", "flasheval.stats.sequential", "flasheval.stats.scaling"):
+                 "flasheval.stats.irt", "flasheval.stats.sequential", "flasheval.stats.scaling",
+                 "flasheval.stats.scaling_bootstrap"):
         assert n_examples(name) > 0, name
     assert n_examples("flasheval.stats.scaling") >= 8

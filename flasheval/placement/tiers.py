@@ -36,7 +36,7 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
     window rule at this reference's looks under the same normal model
     (:mod:`flasheval.placement.calibration`; never above Pocock's, never below Pocock's at ``2 alpha``,
     a bound no valid constant passes); the guarantee holds up to Monte Carlo error, and a run with
-    a budget cap uses Pocock's constant instead (:func:`flasheval.placement.controller.for_budget`). ``none``: each
+    a budget cap uses Pocock's constant instead (:func:`flasheval.placement.looks.for_budget`). ``none``: each
     look at ``alpha``; the level then holds per look only.
 ``pool_scale``
     Optional: the pool size (ranks) the tiers are written for. For a pool of ``n`` ranks
@@ -197,7 +197,7 @@ class TierPlan:
 
         ``variances[k]`` is the variance (any common scale) of look ``k``'s estimate of the
         aggregate, non-increasing over the looks; 0 = every example scored (that look cannot err
-        and takes no share of the error). :func:`flasheval.placement.controller.look_plan` computes
+        and takes no share of the error). :func:`flasheval.placement.looks.look_plan` computes
         them from a reference.
 
         Examples

@@ -1,7 +1,7 @@
 """Fit the scaling laws to the small runs of a runs table and predict the large ones.
 
 The orchestration between :mod:`flasheval.scaling.runs` (the table) and :mod:`flasheval.stats.scaling`
-(the pure fits): choose the fitted runs per training dataset, fit Eq. (4) and Eq. (5), bootstrap
+(the pure fits; their bootstrap in :mod:`flasheval.stats.scaling_bootstrap`): choose the fitted runs per training dataset, fit Eq. (4) and Eq. (5), bootstrap
 both, and return a JSON-ready payload (fits, curves with interval bands, predictions with intervals,
 actual values and relative errors) that ``flasheval scaling fit`` prints and records, and that
 :func:`flasheval.report.scaling_figure.scaling_figure` draws. No printing, no files.
@@ -21,19 +21,16 @@ from flasheval.hashing import derive_seed
 from flasheval.scaling.runs import RunsTable
 from flasheval.stats.scaling import (
     LOSS_FIT_METHODS,
-    BootstrapFits,
     ErrorLawFit,
     FitError,
     LossLawFit,
-    bootstrap_error_law,
-    bootstrap_loss_law,
     error_law,
     fit_error_law,
     fit_loss_law,
     loss_law,
-    percentile_interval,
     relative_error,
 )
+from flasheval.stats.scaling_bootstrap import BootstrapFits, bootstrap_error_law, bootstrap_loss_law, percentile_interval
 
 __all__ = ["ScalingFitOptions", "PredictTarget", "parse_predict_target", "scaling_fit_payload"]
 

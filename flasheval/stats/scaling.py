@@ -12,17 +12,15 @@ Eq. (5), best fit = smallest residual sum of squares). ``method="huber"`` is our
 same grid, then a Huber loss on log-residuals from the best least-squares optima, so one off-trend run
 moves the fit less.
 
-Intervals come from a case bootstrap over the fitted runs (:func:`bootstrap_loss_law`,
-:func:`bootstrap_error_law`): each replicate refits the law to runs drawn with replacement and the
-replicate parameters are evaluated at any point at once (vectorized), so every prediction gets a
-percentile interval. numpy/scipy only.
+Intervals (the case bootstrap over the fitted runs, percentile intervals) live in
+:mod:`flasheval.stats.scaling_bootstrap`. numpy/scipy only.
 """
 
 from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,14 +36,10 @@ __all__ = [
     "LOSS_FIT_METHODS",
     "LossLawFit",
     "ErrorLawFit",
-    "BootstrapFits",
     "loss_law",
     "error_law",
     "fit_loss_law",
     "fit_error_law",
-    "bootstrap_loss_law",
-    "bootstrap_error_law",
-    "percentile_interval",
     "relative_error",
 ]
 
@@ -168,28 +162,6 @@ class ErrorLawFit:
     def predict(self, loss: npt.ArrayLike) -> FloatArray:
         """Predicted average top-1 error at the given loss."""
         return error_law(loss, **self.parameters())
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BootstrapFits:
-    """Parameters refitted on bootstrap resamples of the fitted runs."""
-
-    parameters: FloatArray
-    """Shape ``(n_converged, n_parameters)``; columns in the law's parameter order."""
-    names: tuple[str, ...]
-    """Parameter names, one per column."""
-    n_resamples: int
-    """Resamples drawn (each with at least as many distinct runs as the law has parameters)."""
-    n_failed: int
-    """Resamples whose refit did not converge; left out of ``parameters``."""
-
-    def __post_init__(self) -> None:
-        if self.parameters.ndim != 2 or self.parameters.shape[1] != len(self.names):
-            raise ValueError("parameters must be (n_converged, n_parameters)")
-
-    def columns(self) -> dict[str, FloatArray]:
-        """The replicate parameters by name (1-d arrays), ready for :func:`loss_law` / :func:`error_law`."""
-        return {name: self.parameters[:, i] for i, name in enumerate(self.names)}
 
 
 def _validated_points(n_parameters: int, **arrays: npt.ArrayLike) -> dict[str, FloatArray]:
@@ -361,138 +333,6 @@ def fit_error_law(loss: npt.ArrayLike, error: npt.ArrayLike) -> ErrorLawFit:
     epsilon, k, gamma = (float(v) for v in params)
     residuals = error_law(pts["loss"], epsilon=epsilon, k=k, gamma=gamma) - pts["error"]
     return ErrorLawFit(epsilon=epsilon, k=k, gamma=gamma, residuals=tuple(map(float, residuals)))
-
-
-def _resample_indices(
-    n_runs: int, n_parameters: int, n_resamples: int, rng: np.random.Generator, groups: FloatArray | None = None
-) -> npt.NDArray[np.int64]:
-    """``n_resamples`` rows of run indices drawn with replacement that can still identify the law.
-
-    A row is kept when it has at least ``n_parameters`` distinct runs and, if ``groups`` (per-run
-    labels, e.g. token multipliers) has several values, at least two of them: with one multiplier
-    Eq. (4) cannot separate ``a`` from ``b``. Other rows are drawn again, so the bootstrap is
-    conditional on identifiability (see docs/scaling.md).
-    """
-    kept: list[npt.NDArray[np.int64]] = []
-    n_kept = 0
-    while n_kept < n_resamples:
-        draw = rng.integers(0, n_runs, size=(max(2 * n_resamples, 64), n_runs))
-        ordered = np.sort(draw, axis=1)
-        ok = 1 + np.count_nonzero(np.diff(ordered, axis=1), axis=1) >= n_parameters
-        if groups is not None and np.ptp(groups) > 0:
-            ok &= np.ptp(groups[draw], axis=1) > 0
-        kept.append(draw[ok])
-        n_kept += int(ok.sum())
-    return np.concatenate(kept)[:n_resamples]
-
-
-def _bootstrap(
-    refit: Callable[[npt.NDArray[np.int64]], FloatArray | None],
-    n_runs: int,
-    names: tuple[str, ...],
-    *,
-    n_resamples: int,
-    rng: np.random.Generator | int | None,
-    groups: FloatArray | None = None,
-) -> BootstrapFits:
-    if n_resamples < 1:
-        raise FitError(f"n_resamples must be at least 1, got {n_resamples}")
-    generator = np.random.default_rng(rng)
-    rows = []
-    for index in _resample_indices(n_runs, len(names), n_resamples, generator, groups):
-        params = refit(index)  # one small nonlinear fit per replicate: not vectorizable
-        if params is not None:
-            rows.append(params)
-    if not rows:
-        raise FitError(f"no bootstrap refit converged ({n_resamples} resamples)")
-    return BootstrapFits(
-        parameters=np.array(rows, dtype=float), names=names, n_resamples=n_resamples, n_failed=n_resamples - len(rows)
-    )
-
-
-def bootstrap_loss_law(
-    compute: npt.ArrayLike,
-    multiplier: npt.ArrayLike,
-    loss: npt.ArrayLike,
-    *,
-    fit: LossLawFit,
-    n_resamples: int = 1000,
-    rng: np.random.Generator | int | None = None,
-) -> BootstrapFits:
-    """Refit Eq. (4) on resamples (with replacement) of the fitted runs.
-
-    A resample must hold at least 4 distinct runs and two token multipliers when the fitted runs have
-    several (otherwise ``a`` and ``b`` are not identified); others are drawn again.
-
-    Each replicate starts from the full-data ``fit`` (one local fit, not the 128-start grid, so a
-    thousand replicates take seconds) and uses the same method. Returns parameters in
-    :data:`LOSS_LAW_PARAMETERS` order.
-
-    Examples
-    --------
-    >>> c = np.array([1e17, 1e18, 1e19, 1e20, 4e18, 2e19]); m = np.array([20.0, 20, 20, 20, 320, 80])
-    >>> y = loss_law(c, m, E=1.8, a=200.0, b=350.0, eta=0.13) * (1 + 0.002 * np.array([1, -1, 1, -1, 0, 1]))
-    >>> boot = bootstrap_loss_law(c, m, y, fit=fit_loss_law(c, m, y), n_resamples=50, rng=0)
-    >>> boot.parameters.shape[1], boot.n_resamples
-    (4, 50)
-    """
-    pts = _validated_points(len(LOSS_LAW_PARAMETERS), compute=compute, multiplier=multiplier, loss=loss)
-    n = np.sqrt(pts["compute"] / (6.0 * pts["multiplier"]))
-    md = n * pts["multiplier"]
-    start = _named_to_raw(fit)
-
-    def refit(index: npt.NDArray[np.int64]) -> FloatArray | None:
-        raw = _fit_raw_once(n[index], md[index], pts["loss"][index], start, fit.method)
-        return None if raw is None else np.array(_raw_to_named(raw))
-
-    return _bootstrap(refit, len(n), LOSS_LAW_PARAMETERS, n_resamples=n_resamples, rng=rng, groups=pts["multiplier"])
-
-
-def bootstrap_error_law(
-    loss: npt.ArrayLike,
-    error: npt.ArrayLike,
-    *,
-    fit: ErrorLawFit,
-    n_resamples: int = 1000,
-    rng: np.random.Generator | int | None = None,
-) -> BootstrapFits:
-    """Refit Eq. (5) on resamples (with replacement) of the fitted runs, each from the full-data ``fit``.
-
-    Examples
-    --------
-    >>> loss = np.array([5.2, 4.3, 3.9, 3.4, 4.6, 2.9])
-    >>> err = error_law(loss, epsilon=0.85, k=2.1, gamma=0.75) + 0.003 * np.array([1, -1, 1, -1, 1, -1])
-    >>> boot = bootstrap_error_law(loss, err, fit=fit_error_law(loss, err), n_resamples=50, rng=0)
-    >>> boot.parameters.shape[1]
-    3
-    """
-    pts = _validated_points(len(ERROR_LAW_PARAMETERS), loss=loss, error=error)
-    start = np.array([fit.epsilon, fit.k, fit.gamma])
-
-    def refit(index: npt.NDArray[np.int64]) -> FloatArray | None:
-        return _error_once(pts["loss"][index], pts["error"][index], start)
-
-    return _bootstrap(refit, len(pts["loss"]), ERROR_LAW_PARAMETERS, n_resamples=n_resamples, rng=rng)
-
-
-def percentile_interval(replicates: npt.ArrayLike, *, confidence_level: float = 0.95) -> tuple[FloatArray, FloatArray]:
-    """Percentile interval over the first axis (replicates), ignoring non-finite replicates.
-
-    Examples
-    --------
-    >>> low, high = percentile_interval(np.arange(101.0), confidence_level=0.9)
-    >>> round(float(low), 9), round(float(high), 9)
-    (5.0, 95.0)
-    """
-    if not 0 < confidence_level < 1:
-        raise FitError(f"confidence_level must be in (0, 1), got {confidence_level}")
-    values = np.asarray(replicates, dtype=float)
-    values = np.where(np.isfinite(values), values, np.nan)
-    if np.any(np.all(np.isnan(values), axis=0)):
-        raise FitError("every bootstrap replicate of a prediction is non-finite; no interval")
-    alpha = (1 - confidence_level) / 2
-    low, high = np.nanquantile(values, [alpha, 1 - alpha], axis=0)
-    return low, high
 
 
 def relative_error(predicted: npt.ArrayLike, actual: npt.ArrayLike) -> FloatArray:

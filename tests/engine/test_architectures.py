@@ -122,12 +122,12 @@ def test_untested_family_falls_back_to_exact_unpadded_scoring(tokenizer, caplog)
 @pytest.mark.slow
 def test_real_gemma3_long_prompts_equal_unpadded_passes(gemma3_backend, task_dir):
     """Gemma-3-270M (window 512), two HellaSwag 10-shot prompts of more than 512 tokens, one shared-context call."""
-    from flasheval.engine import evaluate as evaluation
+    from flasheval.engine.selection import select_examples, task_requests
 
     model, tokenizer = gemma3_backend._model, gemma3_backend._tokenizer
     assert model.config.sliding_window == 512 and "full_attention" in model.config.layer_types
-    selection = evaluation.select_examples(["hellaswag"], task_dir, n_examples=12, seed=1234)[0]
-    by_id = evaluation.task_requests(selection, seed=1234, prefix_space=gemma3_backend.prefix_space)
+    selection = select_examples(["hellaswag"], task_dir, n_examples=12, seed=1234)[0]
+    by_id = task_requests(selection, seed=1234, prefix_space=gemma3_backend.prefix_space)
     lengths = {i: len(tokenizer(rs[0].context).input_ids) for i, rs in by_id.items()}
     # the 2 shortest above the window (8 unpadded reference passes: a third example added 20 s on one core)
     chosen = sorted((i for i in by_id if lengths[i] > 512), key=lengths.get)[:2]

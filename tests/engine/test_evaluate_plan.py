@@ -1,5 +1,5 @@
-"""``flasheval.engine.evaluate``'s run planning on the real task files: which tasks a suite run
-scores, which it cannot (no data), and the held-out files' names."""
+"""``flasheval.engine.selection``'s run planning on the real task files: which tasks a suite run
+scores, which it cannot (no data); and ``flasheval.engine.heldout``'s held-out file names."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flasheval.engine.evaluate import load_heldout, plan_tasks
+from flasheval.engine.heldout import load_heldout
+from flasheval.engine.selection import plan_tasks
 from flasheval.errors import InputError
 
 

@@ -85,7 +85,7 @@ def test_batched_equals_unbatched(smollm_backend):
 def test_the_converted_folder_scores_exactly_as_the_gguf(smollm_backend, smollm_hf):
     # Other tests load SmolLM2 from the Hugging Face folder converted once per run (tests/conftest.py:
     # smollm_hf); here it must give the GGUF's results bit for bit, tokens and greedy flags included.
-    from flasheval.engine.hf import load_hf_backend
+    from flasheval.engine.hf_loading import load_hf_backend
     from flasheval.engine.loading import n_parameters
 
     converted = load_hf_backend(str(smollm_hf), dtype="float32", device="cpu", batch_size=16)

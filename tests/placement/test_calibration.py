@@ -11,8 +11,9 @@ from flasheval.placement import calibration
 from flasheval.placement.backtest import backtest
 from flasheval.placement.calibration import (Calibration, brownian_paths, calibrated_constant, stop_miss_rates,
                                              top_limit_miss, true_positions)
-from flasheval.placement.controller import look_plan, window_fits
+from flasheval.placement.looks import look_plan
 from flasheval.placement.simulation import synthetic_reference
+from flasheval.placement.stop_rule import window_fits
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.stats.sequential import pocock_constant
 
@@ -155,8 +156,10 @@ def test_stop_miss_rates_agree_with_a_path_by_path_loop():
 
 
 def test_a_capped_run_uses_pococks_constant_and_an_uncapped_one_the_calibrated(pool_and_plan):
-    from flasheval.placement.controller import Budget, for_budget, place
+    from flasheval.placement.controller import place
+    from flasheval.placement.looks import for_budget
     from flasheval.placement.replay import ReplayScorer
+    from flasheval.placement.results import Budget
 
     pool, plan = pool_and_plan
     assert for_budget(plan, Budget()) is plan
@@ -193,7 +196,7 @@ def test_window_fits_adds_the_sweeps_clearly_low_stop():
 @pytest.mark.parametrize("name, n_ranks, low_rank", [("default", 30, None), ("default", 69, 34), ("default", 200, None),
                                                      ("lean", 45, 20), ("flash_helm", 25, None)])
 def test_window_fits_equals_the_window_rule_on_every_interval(name, n_ranks, low_rank):
-    from flasheval.placement.controller import window_rank
+    from flasheval.placement.stop_rule import window_rank
 
     plan = load_tier_plan(name).for_pool(n_ranks)
     fits = window_fits(plan, n_ranks, low_rank)

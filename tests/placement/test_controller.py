@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 
 from flasheval.placement.backtest import full_data_ranks
-from flasheval.placement.controller import Budget, decide, place
+from flasheval.placement.controller import place
 from flasheval.placement.replay import ReplayScorer
+from flasheval.placement.results import Budget
 from flasheval.placement.simulation import synthetic_reference
+from flasheval.placement.stop_rule import decide
 from flasheval.placement.tiers import Tier, load_tier_plan
 from flasheval.stats.sampling import example_order
 
@@ -175,7 +177,7 @@ def test_placements_report_a_rank_whose_window_holds_the_interval(reference, pla
 def test_every_look_uses_the_repeated_confidence_level_of_the_references_look_schedule(reference):
     from scipy import stats
 
-    from flasheval.placement.controller import look_plan
+    from flasheval.placement.looks import look_plan
 
     plan = replace(load_tier_plan("default"), correction="pocock", stop_rule="interval",
                    tiers=(Tier(first=1, last=None, resolution=0),))

@@ -8,8 +8,8 @@ import pytest
 
 from flasheval import cli
 from flasheval.errors import InputError
-from flasheval.placement.controller import Budget
 from flasheval.placement.replay import ReplayScorer
+from flasheval.placement.results import Budget
 from flasheval.placement.simulation import synthetic_reference
 from flasheval.placement.sweep import sweep
 from flasheval.placement.sweep_store import ResultsStore, StoredScorer
@@ -158,7 +158,7 @@ def test_a_run_folder_of_another_sweep_or_version_is_refused(saved, message, tmp
 _KILLED_RUN = """
 import sys, time
 from flasheval.placement.replay import ReplayScorer
-from flasheval.placement.controller import Budget
+from flasheval.placement.results import Budget
 from flasheval.placement.simulation import synthetic_reference
 from flasheval.placement.sweep import sweep
 from flasheval.placement.sweep_store import ResultsStore, StoredScorer

@@ -19,7 +19,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _place_payload(reference):
-    # the fields flasheval.placement.controller.PlacementResult.to_json writes
+    # the fields flasheval.placement.results.PlacementResult.to_json writes
     stage = {"stage": 0, "stage_size": 20, "n_examples": [20] * 6, "rank": 5, "mid_rank": 5.0, "interval": [2, 9],
              "confidence_level": 0.99, "tier": "5-9", "resolution": 2, "decision": "escalate", "reason": "wide"}
     last = dict(stage, stage=1, stage_size=100, n_examples=[100] * 6, rank=6, interval=[5, 7], decision="stop")

@@ -12,15 +12,13 @@ from flasheval.errors import FlashevalError
 from flasheval.scaling.runs import read_runs
 from flasheval.stats.scaling import (
     FitError,
-    bootstrap_error_law,
-    bootstrap_loss_law,
     error_law,
     fit_error_law,
     fit_loss_law,
     loss_law,
-    percentile_interval,
     relative_error,
 )
+from flasheval.stats.scaling_bootstrap import bootstrap_error_law, bootstrap_loss_law, percentile_interval
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRUTH = {"E": 1.8, "a": 200.0, "b": 350.0, "eta": 0.13}
@@ -168,7 +166,7 @@ def test_paper_relative_errors_reproduced_within_0_1_pp(shared_dir):
 
 
 def test_resamples_keep_enough_runs_and_two_multipliers():
-    from flasheval.stats.scaling import _resample_indices
+    from flasheval.stats.scaling_bootstrap import _resample_indices
 
     index = _resample_indices(5, 4, 500, np.random.default_rng(0), DESIGN_M)
     assert index.shape == (500, 5)

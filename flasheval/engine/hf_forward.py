@@ -1,0 +1,148 @@
+"""The scoring forward pass of a Hugging Face causal LM: planned groups in, summed log-likelihoods out.
+
+Two ways to run a batch of :class:`~flasheval.engine.planning.Group` s: the shared-context two
+passes (each context prefix once, left-padded, then every choice from the expanded key/value
+cache) and one unpadded pass per item (for families whose padded batches are not tested exact).
+torch is imported inside the functions, never at module import.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from flasheval.engine.planning import Group, Item
+from flasheval.errors import BackendError
+
+__all__ = ["Scored", "PassSettings", "pass_settings", "score_logits", "forward_shared", "forward_unpadded"]
+
+Scored = tuple[Item, float, bool]
+"""One scored item: the item, its summed log-likelihood, whether every token was the argmax."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassSettings:
+    """What the shared-context passes need to know about the model, read once when the backend is built."""
+
+    device: Any
+    """The ``torch.device`` the model's parameters are on."""
+    pad_id: int
+    """Token id written in padded positions (masked out)."""
+    cache_kw: str
+    """Name of the forward argument taking the key/value cache (``cache`` in transformers 5.x, else ``past_key_values``)."""
+    keep_one: dict[str, int] = field(default_factory=dict)
+    """Forward keyword that keeps the logits of one position only (empty when the model has none)."""
+
+
+def pass_settings(model: Any, *, pad_id: int) -> PassSettings:
+    """Read the device and the forward signature of ``model``."""
+    # transformers 5.x renamed ``past_key_values`` to ``cache``; support both.
+    forward_parameters = inspect.signature(model.forward).parameters
+    cache_kw = "cache" if "cache" in forward_parameters else "past_key_values"
+    # The context pass needs no logits: keep one position (older releases call it num_logits_to_keep).
+    keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward_parameters), None)
+    return PassSettings(device=next(model.parameters()).device, pad_id=pad_id, cache_kw=cache_kw,
+                        keep_one={} if keep is None else {keep: 1})
+
+
+def score_logits(model: Any, logits: Any, targets: Any, target_mask: Any) -> tuple[list[float], list[bool]]:
+    """Per row: summed log-probability of ``targets`` where ``target_mask``, and whether each is the argmax.
+
+    Raises
+    ------
+    BackendError
+        A sum is not finite (``model`` is named in the message).
+    """
+    import torch
+
+    logits = logits.float()
+    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    sums = (logprobs.double() * target_mask).sum(dim=1)
+    if not bool(torch.isfinite(sums).all()):
+        raise BackendError(f"non-finite log-likelihood from {type(model).__name__} "
+                           f"(attention {getattr(model.config, '_attn_implementation', '?')}); "
+                           "try --dtype float32 or another attention implementation")
+    greedy = ((logits.argmax(dim=-1) == targets) | ~target_mask).all(dim=1)
+    return [float(x) for x in sums.cpu().tolist()], [bool(x) for x in greedy.cpu().tolist()]
+
+
+def forward_unpadded(model: Any, group: Group, *, device: Any) -> list[Scored]:
+    """One plain forward pass per item over ``context + continuation``: no padding, no cache."""
+    import torch
+
+    scored = []
+    for item in group.items:
+        ids = torch.tensor([group.context + item.continuation], device=device)
+        with torch.inference_mode():
+            logits = model(input_ids=ids).logits[:, len(group.context) - 1 : -1]
+        targets = ids[:, len(group.context) :]
+        sums, greedy = score_logits(model, logits, targets, torch.ones_like(targets, dtype=torch.bool))
+        scored.append((item, sums[0], greedy[0]))
+    return scored
+
+
+def forward_shared(model: Any, groups: list[Group], settings: PassSettings) -> list[Scored]:
+    """Two passes: shared context prefixes once, then every choice from the expanded cache."""
+    import torch
+
+    device = settings.device
+    rows = [(g, item) for g, group in enumerate(groups) for item in group.items]
+    prefix_lengths = [len(group.context) - 1 for group in groups]
+    n_prefix = max(prefix_lengths)
+    row_group = torch.tensor([g for g, _ in rows], device=device)
+    with torch.inference_mode():
+        past, prefix_mask = None, None
+        if n_prefix > 0:
+            # Left padding: every row's prefix ends at the same column, so the distance
+            # between any two real tokens (prefix or continuation) equals their distance in
+            # the padded tensor. Sliding-window masks (computed on tensor columns) and
+            # sliding-window caches (which keep the last window-1 columns) are then exact
+            # for every row; rotary positions come from explicit ``position_ids``.
+            ids = torch.full((len(groups), n_prefix), settings.pad_id, dtype=torch.long)
+            prefix_mask = torch.zeros((len(groups), n_prefix), dtype=torch.long)
+            positions = torch.zeros((len(groups), n_prefix), dtype=torch.long)
+            for g, group in enumerate(groups):
+                start = n_prefix - prefix_lengths[g]
+                ids[g, start:] = torch.tensor(group.context[:-1])
+                prefix_mask[g, start:] = 1
+                positions[g, start:] = torch.arange(prefix_lengths[g])
+            out = model(
+                input_ids=ids.to(device),
+                attention_mask=prefix_mask.to(device),
+                position_ids=positions.to(device),
+                use_cache=True,
+                **settings.keep_one,
+            )
+            past = getattr(out, "cache", None)
+            past = out.past_key_values if past is None else past
+            past.reorder_cache(row_group)
+            prefix_mask = prefix_mask.to(device)[row_group]
+        return _continuation_pass(model, groups, rows, prefix_lengths, past, prefix_mask, settings)
+
+
+def _continuation_pass(
+    model: Any, groups: list[Group], rows: list[tuple[int, Item]], prefix_lengths: list[int], past: Any,
+    prefix_mask: Any, settings: PassSettings,
+) -> list[Scored]:
+    """Run ``[last context token] + continuation`` for every row (from the expanded cache) and score it."""
+    import torch
+
+    device = settings.device
+    n_query = 1 + max(len(item.continuation) for _, item in rows)
+    ids = torch.full((len(rows), n_query), settings.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), n_query), dtype=torch.long)
+    for r, (g, item) in enumerate(rows):
+        sequence = (groups[g].context[-1], *item.continuation)
+        ids[r, : len(sequence)] = torch.tensor(sequence)
+        mask[r, : len(sequence)] = 1
+    offsets = torch.tensor([prefix_lengths[g] for g, _ in rows]).unsqueeze(1)
+    positions = offsets + torch.arange(n_query).unsqueeze(0)
+    ids, mask = ids.to(device), mask.to(device)
+    full_mask = mask if prefix_mask is None else torch.cat([prefix_mask, mask], dim=1)
+    kwargs = {} if past is None else {settings.cache_kw: past}
+    logits = model(
+        input_ids=ids, attention_mask=full_mask, position_ids=positions.to(device), use_cache=past is not None, **kwargs
+    ).logits[:, :-1]
+    sums, greedy = score_logits(model, logits, ids[:, 1:], mask[:, 1:].bool())
+    return [(item, sums[r], greedy[r]) for r, (_, item) in enumerate(rows)]

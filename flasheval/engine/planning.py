@@ -1,0 +1,185 @@
+"""Request planning for the Hugging Face backend: token ids in, ordered forward batches out (pure Python, no torch).
+
+Requests become :class:`Item` s (one continuation as token ids); items with one context form a
+:class:`Group`, whose context is truncated from the left so its longest choice fits; groups run
+longest first, packed under a row limit and a token budget (:mod:`flasheval.engine.batching`).
+Rolling log-likelihood texts are cut here into windows, which are items like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flasheval.engine.batching import pack_batches
+from flasheval.errors import BackendError
+from flasheval.types import LoglikelihoodRequest
+
+__all__ = [
+    "Item",
+    "Group",
+    "encode_context",
+    "encode_continuation",
+    "request_items",
+    "token_items",
+    "group_items",
+    "pack_groups",
+    "batch_indices",
+    "rolling_windows",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Item:
+    """One continuation to score, as token ids."""
+
+    index: int
+    """Position of the request (or token pair, or rolling window) this item scores."""
+    context: tuple[int, ...]
+    """Context token ids (never empty)."""
+    continuation: tuple[int, ...]
+    """Token ids whose log-likelihood is summed (never empty, never truncated)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Group:
+    """Items sharing one (already truncated) context."""
+
+    context: tuple[int, ...]
+    """The shared context token ids."""
+    items: tuple[Item, ...]
+    """The group's items, each carrying ``context``."""
+
+    @property
+    def rows(self) -> int:
+        """Sequences the group runs: one per item."""
+        return len(self.items)
+
+    @property
+    def length(self) -> int:
+        """Tokens of the group's longest sequence, context included (its padded length)."""
+        return len(self.context) + max(len(item.continuation) for item in self.items)
+
+    def halves(self) -> tuple[Group, Group]:
+        """The group cut into two groups of half its items each (for an out-of-memory back-off)."""
+        half = len(self.items) // 2
+        return Group(context=self.context, items=self.items[:half]), Group(context=self.context, items=self.items[half:])
+
+
+def encode_context(tokenizer: Any, text: str, *, start_id: int) -> list[int]:
+    """Context ids with the tokenizer's default special tokens; an empty context is ``[start_id]``."""
+    ids = list(tokenizer(text).input_ids) if text else []
+    return ids or [start_id]
+
+
+def encode_continuation(tokenizer: Any, text: str) -> list[int]:
+    """Continuation ids, without special tokens."""
+    return list(tokenizer(text, add_special_tokens=False).input_ids)
+
+
+def request_items(
+    requests: Sequence[LoglikelihoodRequest], tokenizer: Any, *, start_id: int, max_length: int
+) -> list[Item]:
+    """Tokenize each request into an :class:`Item` (each distinct context once).
+
+    Raises
+    ------
+    BackendError
+        A continuation encodes to no tokens, or to ``max_length`` tokens or more.
+    """
+    contexts: dict[str, list[int]] = {}
+    items = []
+    for index, request in enumerate(requests):
+        if request.context not in contexts:
+            contexts[request.context] = encode_context(tokenizer, request.context, start_id=start_id)
+        continuation = encode_continuation(tokenizer, request.continuation)
+        if not continuation:
+            raise BackendError(f"continuation of {request.task_name}/{request.example_id} encodes to no tokens")
+        if len(continuation) >= max_length:
+            raise BackendError(
+                f"continuation of {request.task_name}/{request.example_id} has {len(continuation)} tokens; "
+                f"the model takes at most {max_length} (continuations are never truncated)"
+            )
+        items.append(Item(index=index, context=tuple(contexts[request.context]), continuation=tuple(continuation)))
+    return items
+
+
+def token_items(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[Item]:
+    """One :class:`Item` per already tokenized ``(context ids, continuation ids)`` pair.
+
+    Raises
+    ------
+    BackendError
+        A pair has an empty context or continuation.
+    """
+    items = []
+    for index, (context, continuation) in enumerate(pairs):
+        if not context or not continuation:
+            raise BackendError(f"token pair {index} has an empty context or continuation")
+        items.append(Item(index=index, context=tuple(context), continuation=tuple(continuation)))
+    return items
+
+
+def group_items(items: Sequence[Item], *, max_length: int, share_context: bool) -> list[Group]:
+    """Group items by context (or one group per item), truncate from the left, sort longest first.
+
+    All choices of a context share one truncation: the longest continuation decides it.
+
+    Examples
+    --------
+    >>> items = [Item(index=0, context=(1, 2, 3), continuation=(4,)), Item(index=1, context=(9,), continuation=(5, 6)),
+    ...          Item(index=2, context=(1, 2, 3), continuation=(7, 8))]
+    >>> [(g.context, [i.index for i in g.items]) for g in group_items(items, max_length=4, share_context=True)]
+    [((2, 3), [0, 2]), ((9,), [1])]
+    """
+    by_context: dict[tuple[int, ...], list[Item]] = {}
+    for item in items:
+        key = item.context if share_context else (item.index, *item.context)
+        by_context.setdefault(key, []).append(item)
+    groups = []
+    for members in by_context.values():
+        budget = max_length - max(len(m.continuation) for m in members)
+        context = members[0].context[-budget:]
+        groups.append(Group(
+            context=context, items=tuple(Item(index=m.index, context=context, continuation=m.continuation) for m in members)
+        ))
+    groups.sort(key=lambda g: (-g.length, g.items[0].index))
+    return groups
+
+
+def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int) -> list[list[Group]]:
+    """Consecutive groups packed into batches under the row limit and token budget; a group is never split."""
+    units = [(group.rows, group.length) for group in groups]
+    return [[groups[i] for i in batch] for batch in pack_batches(units, max_rows=max_rows, max_tokens=max_tokens)]
+
+
+def batch_indices(batches: Sequence[Sequence[Group]]) -> list[tuple[int, ...]]:
+    """The item indices of each batch, in order."""
+    return [tuple(item.index for group in batch for item in group.items) for batch in batches]
+
+
+def rolling_windows(texts: Sequence[Sequence[int]], *, start_id: int, max_length: int) -> tuple[list[Item], list[int]]:
+    """Cut token sequences into disjoint windows of ``max_length - 1`` predicted tokens.
+
+    Each text is preceded by ``start_id``; each window is conditioned on the tokens just before
+    it, up to ``max_length`` tokens in all, so every token is predicted exactly once. Returns the
+    windows (indexed by position) and, per window, the index of the text it belongs to.
+
+    Examples
+    --------
+    >>> windows, owners = rolling_windows([[1, 2, 3, 4, 5]], start_id=0, max_length=3)
+    >>> [(w.context, w.continuation) for w in windows], owners
+    ([((0,), (1, 2)), ((2,), (3, 4)), ((3, 4), (5,))], [0, 0, 0])
+    """
+    windows: list[Item] = []
+    owners: list[int] = []
+    span = max_length - 1
+    for index, text in enumerate(texts):
+        tokens = [start_id, *text]
+        for start in range(1, len(tokens), span):
+            chunk = tuple(tokens[start : start + span])
+            context = tuple(tokens[max(0, start - (max_length - len(chunk))) : start])
+            owners.append(index)
+            windows.append(Item(index=len(windows), context=context, continuation=chunk))
+    return windows, owners
