@@ -1,10 +1,86 @@
 """flasheval: place a language-model checkpoint on a reference leaderboard cheaply.
 
-The public API is re-exported from the private modules below as they land.
+One function per job (keyword-only options, one result object each, ``progress=`` for long calls):
+
+* ``place(model, reference, *, plan="default", budget=None, seed=None, ...) -> PlaceRun`` — where one model
+  stands, from escalating nested subsamples, with its rank's interval and the compute saved;
+* ``sweep(models, reference, *, budget, ...) -> SweepRun`` — many checkpoints under one total budget;
+* ``evaluate(model, *, tasks=..., suites=..., task_dir=...) -> EvaluationRun`` — DCLM / Gadre scores;
+* ``backtest(reference, plan) -> BacktestRun`` — leave-one-out reliability of placement on a reference;
+* ``build_reference(models, *, name, ...) -> BuiltReference`` — a live reference from real models;
+* ``load_reference(name_or_folder)``, ``load_plan(name_or_file)``, ``Budget(max_examples=...)``.
+
+``model`` is a spec string (``"replay:MODEL_ID"``, ``"[NAME=]hf:PATH_OR_ID"``, ``"[NAME=]gguf:FILE"``), a
+:class:`LoadedModel`, or an already loaded ``transformers`` model with ``tokenizer=`` and ``identity=``
+(scored in place in eval mode under ``torch.inference_mode()``, handed back in its own mode). Every
+bad value is refused with an :class:`InputError` naming the option, the value and what is allowed,
+the same line the command line prints. Guide and examples: ``docs/api.md``.
+
+Importing flasheval is light (no torch): the API is loaded when first used.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from flasheval.errors import FlashevalError, InputError
+from flasheval.version import __version__
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:  # what the lazy attributes below resolve to
+    from flasheval.api import (
+        BacktestRun,
+        BuiltReference,
+        EvaluationRun,
+        PlaceRun,
+        Progress,
+        SweepRun,
+        backtest,
+        build_reference,
+        evaluate,
+        place,
+        sweep,
+    )
+    from flasheval.engine.in_memory import LoadedModel
+    from flasheval.placement.results import Budget, PlacementResult
+    from flasheval.placement.sweep import SweepResult
+    from flasheval.placement.tiers import TierPlan
+    from flasheval.placement.tiers import load_tier_plan as load_plan
+    from flasheval.reference import ReferenceLeaderboard, load_reference
 
-__all__ = ["FlashevalError", "InputError", "__version__"]
+_LAZY: dict[str, tuple[str, str]] = {
+    "place": ("flasheval.api", "place"),
+    "PlaceRun": ("flasheval.api", "PlaceRun"),
+    "sweep": ("flasheval.api", "sweep"),
+    "SweepRun": ("flasheval.api", "SweepRun"),
+    "evaluate": ("flasheval.api", "evaluate"),
+    "EvaluationRun": ("flasheval.api", "EvaluationRun"),
+    "backtest": ("flasheval.api", "backtest"),
+    "BacktestRun": ("flasheval.api", "BacktestRun"),
+    "build_reference": ("flasheval.api", "build_reference"),
+    "BuiltReference": ("flasheval.api", "BuiltReference"),
+    "Progress": ("flasheval.api", "Progress"),
+    "load_reference": ("flasheval.reference", "load_reference"),
+    "ReferenceLeaderboard": ("flasheval.reference", "ReferenceLeaderboard"),
+    "load_plan": ("flasheval.placement.tiers", "load_tier_plan"),
+    "TierPlan": ("flasheval.placement.tiers", "TierPlan"),
+    "Budget": ("flasheval.placement.results", "Budget"),
+    "PlacementResult": ("flasheval.placement.results", "PlacementResult"),
+    "SweepResult": ("flasheval.placement.sweep", "SweepResult"),
+    "LoadedModel": ("flasheval.engine.in_memory", "LoadedModel"),
+}
+
+__all__ = [*_LAZY, "FlashevalError", "InputError", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'flasheval' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from flasheval import __version__
+from flasheval.version import __version__
 from flasheval.errors import InputError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "atomic_write_text", "slug"]

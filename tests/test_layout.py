@@ -19,7 +19,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "flasheval"
 
 # Lowest first. A module may import its own domain and the domains before it, never one after it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("foundation",),  # errors, types, hashing, records, the package root
+    ("foundation",),  # errors, types, hashing, records, version
     ("stats",),       # numpy/scipy only
     ("tasks",),       # formats, prompts, suites, scoring of an example
     ("engine",),      # backends, store, journal, data parallelism, evaluate
@@ -28,10 +28,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("placement",),   # scorers, tiers, controller, sweep, backtest, simulation, DIoR
     ("scaling",),     # scaling-law fits and their run tables
     ("report",),      # Markdown + HTML + figures from run records
-    ("cli",),         # one thin module per subcommand
+    ("api",),         # the Python API: one function per job, the one path behind each command
+    ("cli",),         # one thin module per subcommand, a shell over the API
     ("__main__",),
+    ("root",),        # the package itself: re-exports the API (lazily), imported by no module of it
 )
-FOUNDATION = ("errors", "types", "hashing", "records")
+FOUNDATION = ("errors", "types", "hashing", "records", "version")
 THIRD_PARTY_ALLOWED = {"stats": {"numpy", "scipy"}}
 
 
@@ -75,7 +77,9 @@ def imports_of(name: str, path: Path, tree: ast.Module, known: set[str], package
 
 def domain_of(name: str, package: str) -> str:
     parts = name.split(".")
-    if len(parts) == 1 or parts[1] in FOUNDATION:
+    if len(parts) == 1:
+        return "root"
+    if parts[1] in FOUNDATION:
         return "foundation"
     return parts[1]
 

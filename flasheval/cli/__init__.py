@@ -1,7 +1,7 @@
 """Command-line entry point: ``flasheval SUBCOMMAND ...``; one module per subcommand.
 
-Thin by design: parse arguments, configure logging, call one domain function, print one line
-per error. Each subcommand module exposes ``register(subparsers)``, which adds its parser and
+Thin by design: parse arguments, configure logging, call one API function (:mod:`flasheval.api`,
+which validates every value), print its result, and print one line per error. Each subcommand module exposes ``register(subparsers)``, which adds its parser and
 sets ``func=run`` (``run(args) -> int`` returns the exit code). Nothing in the package imports
 the CLI. Every :class:`~flasheval.errors.FlashevalError` becomes ``flasheval: error: MESSAGE``
 on stderr and exit code 1, never a traceback.
@@ -15,7 +15,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from flasheval import __version__
+from flasheval.version import __version__
 from flasheval.errors import FlashevalError
 
 __all__ = ["main", "build_parser"]

@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
-from flasheval.errors import InputError
-from flasheval.placement.backtest import (
-    ALL_METHODS,
-    METHODS,
-    BacktestResult,
-    SeedSummary,
-    backtest,
-    parse_seeds,
-    summarize_seeds,
-)
+from flasheval.api.backtest import backtest
+from flasheval.api.progress import Progress
+from flasheval.placement.backtest import ALL_METHODS, METHODS, BacktestResult, SeedSummary, parse_seeds
 from flasheval.placement.tiers import load_tier_plan
-from flasheval.records import write_record
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.ranking import AGGREGATES
 
@@ -74,26 +65,24 @@ def format_seeds(summaries: tuple[SeedSummary, ...]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seed < 0:
-        raise InputError(f"must be an integer >= 0, got {args.seed}", field="--seed")
     seeds = parse_seeds(args.seeds) if args.seeds else (args.seed,)
     reference = load_reference(args.reference, missing=args.missing)
-    plan, fixed = load_tier_plan(args.tiers), load_tier_plan(args.flash_helm_tiers)
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    results, looks = [], {}  # each pool's looks, computed at the first seed and reused
-    for seed in seeds:
-        start = time.perf_counter()
-        result = backtest(reference, plan, fixed, seed=seed, aggregate=args.aggregate, methods=methods, looks=looks)
-        seconds = time.perf_counter() - start
-        results.append(result)
+    plan = load_tier_plan(args.tiers)
+
+    def show(step: Progress) -> None:  # each seed's table as soon as it is done
+        result: BacktestResult = step.detail  # type: ignore[assignment]
         if args.per_model:
             print(_per_model(result))
         print(f"backtest on {reference.name}: {reference.n_models} models left out in turn; plan {plan.name} "
-              f"({plan.confidence_level:.0%} intervals, correction {plan.correction}), seed {seed}; {seconds:.0f} s")
+              f"({plan.confidence_level:.0%} intervals, correction {plan.correction}), seed {result.seed}; "
+              f"{step.seconds:.0f} s")
         print(format_table(result), flush=True)
-    if len(results) > 1:
-        print(format_seeds(summarize_seeds(results)))
+
     out = Path(args.output or Path("runs") / f"backtest-{reference.name}.json")
-    payload = results[0].to_json() if len(results) == 1 else {"seeds": [r.to_json() for r in results]}
-    print(f"record: {write_record(out, kind='backtest', payload=payload)}")
+    outcome = backtest(reference, plan, compare_plan=args.flash_helm_tiers, seeds=seeds, methods=methods,
+                       aggregate=args.aggregate, output=out, progress=show)
+    if len(outcome.results) > 1:
+        print(format_seeds(outcome.over_seeds))
+    print(f"record: {outcome.record_path}")
     return 0

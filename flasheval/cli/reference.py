@@ -9,13 +9,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from flasheval.cli._built import print_built
 from flasheval.cli.lm_eval import add_lm_eval_task_options
-from flasheval.engine import parse_named_models
-from flasheval.engine.distributed import launch_state, shutdown
+from flasheval.api.build import build_reference
 from flasheval.errors import InputError
+from flasheval.placement.live_scoring import DTYPES
 from flasheval.reference import (
     IMPORT_FORMATS,
     MANIFEST_FILE,
@@ -27,14 +26,9 @@ from flasheval.reference import (
     references_root,
     write_reference,
 )
-from flasheval.reference.build import build_reference, write_built_reference
 from flasheval.stats.ranking import AGGREGATES
-from flasheval.tasks import load_live_tasks, load_suite
 
-__all__ = ["register", "run", "BUILD_DTYPES"]
-
-BUILD_DTYPES = ("float32", "bfloat16", "float16")
-"""A reference pins its dtype (``auto`` would depend on the machine)."""
+__all__ = ["register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -89,7 +83,7 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--metric", help="engine lm-eval: per-sample metric (default: acc, exact_match, acc_norm)")
     p.add_argument("--n-examples", type=int, help="examples per task: the first N of the seeded order (default: all)")
     p.add_argument("--seed", type=int, default=1234, help="fixes example order and few-shot sets (default: %(default)s)")
-    p.add_argument("--dtype", default="float32", choices=BUILD_DTYPES, help="pinned in the reference (default: %(default)s)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="pinned in the reference (default: %(default)s)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--no-prefix-space", action="store_true",
@@ -101,54 +95,23 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-def _task_names(args: argparse.Namespace) -> tuple[str, ...]:
-    suite = load_suite(args.suite)
-    if not args.tasks:
-        return suite.task_names
-    wanted = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
-    outside = [t for t in wanted if t not in suite.task_names]
-    if outside or not wanted:
-        raise InputError(f"tasks {outside} are not in suite {args.suite!r}", field="--tasks",
-                         allowed=suite.task_names)
-    return wanted
-
-
 def _build(args: argparse.Namespace) -> int:
-    if args.n_examples is not None and args.n_examples < 1:
-        raise InputError(f"must be >= 1, got {args.n_examples}", field="--n-examples")
-    if args.engine == "lm-eval":
-        from flasheval.cli._lmeval_build import build_lmeval
-
-        return build_lmeval(args)
-    for option in ("suite", "task_dir"):
-        if not getattr(args, option):
-            raise InputError("required with --engine flasheval", field=f"--{option.replace('_', '-')}")
-    models = parse_named_models(args.models)
-    task_names = _task_names(args)
-    out = references_root(args.output_root) / args.name
-    if (out / MANIFEST_FILE).exists() and not args.force:
-        raise InputError("reference already exists (use --force to overwrite)", path=out)
-    tasks = load_live_tasks(task_names, args.task_dir)
-    work = Path(args.work_dir or Path("runs") / f"reference-build-{args.name}")
     start = time.perf_counter()
-    state = launch_state()
-    result = build_reference(models, tasks, suite=args.suite, seed=args.seed, n_examples=args.n_examples,
-                             dtype=args.dtype, store_dir=work / "store", prefix_space=not args.no_prefix_space,
-                             device=args.device, batch_size=args.batch_size, task_dir=str(Path(args.task_dir).resolve()),
-                             state=state)
-    if state is None or state.is_main_process:
-        _report_build(args, result, tasks, out, work, start)
-    shutdown(state)  # only the main process wrote; the others wait for it here
+    built = build_reference(
+        args.models, name=args.name, engine=args.engine, suite=args.suite, tasks=args.tasks, task_dir=args.task_dir,
+        include_path=args.include_path, num_fewshot=args.num_fewshot, fewshot_seed=args.fewshot_seed,
+        metric=args.metric, n_examples=args.n_examples, seed=args.seed, dtype=args.dtype, device=args.device,
+        batch_size=args.batch_size, prefix_space=not args.no_prefix_space, output_root=args.output_root,
+        work_dir=args.work_dir, force=args.force, argv=sys.argv[1:])
+    if built.reference is None:  # the other processes of a launch: the main process wrote and prints
+        return 0
+    if args.engine == "lm-eval":
+        print_built(built.path, start=start, seconds=built.seconds, computed=built.computed, datasets="lm-eval tasks",
+                    value_label="mean", footer=f"results store: {built.store_dir}")
+    else:
+        print_built(built.path, start=start, seconds=built.seconds, computed=built.computed, datasets="tasks",
+                    value_label=None, footer=f"build log: {built.log_path}; results store: {built.store_dir}")
     return 0
-
-
-def _report_build(args: argparse.Namespace, result: Any, tasks: Any, out: Path, work: Path, start: float) -> None:
-    """Write the built reference and the build log and print the ranking (main process only)."""
-    log = write_built_reference(out, result, name=args.name, suite=load_suite(args.suite), tasks=tasks, work_dir=work,
-                                argv=sys.argv[1:])
-    print_built(out, start=start, seconds=result.seconds, computed=result.computed, datasets="tasks",
-                value_label=None,
-                footer=f"build log: {log}; results store: {work / 'store'}")
 
 
 def _import(args: argparse.Namespace) -> int:

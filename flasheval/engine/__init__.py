@@ -4,13 +4,23 @@ One job per module:
 
 * :mod:`~flasheval.engine.base`        — the batch-first backend protocol;
 * :mod:`~flasheval.engine.specs`       — ``--model`` strings (``hf:`` / ``gguf:`` / ``replay:``, ``[NAME=]SPEC``);
-* :mod:`~flasheval.engine.loading`     — open a spec's model, alone or behind the results store;
-* :mod:`~flasheval.engine.hf`          — the Hugging Face backend (torch imported only here, lazily);
+* :mod:`~flasheval.engine.loading`     — open a model (a spec's, or one held in memory), alone or behind the results store;
+* :mod:`~flasheval.engine.in_memory`   — a loaded ``transformers`` model scored in place: identity, eval mode;
+* :mod:`~flasheval.engine.hf`          — the Hugging Face backend, over the modules below (torch imported lazily);
+* :mod:`~flasheval.engine.planning`    — the HF backend's requests -> items -> context groups -> batches (no torch);
+* :mod:`~flasheval.engine.backoff`     — the out-of-memory back-off scoring and generation share;
+* :mod:`~flasheval.engine.hf_forward`  — the scoring forward pass (shared context, or unpadded per request);
+* :mod:`~flasheval.engine.hf_generation` — greedy generation batches;
+* :mod:`~flasheval.engine.hf_loading`  — load a local folder, GGUF file or hub id into the HF backend;
 * :mod:`~flasheval.engine.fingerprint` — what identifies a model's weights in the store;
 * :mod:`~flasheval.engine.store`       — the crash-safe results store and the caching wrapper;
 * :mod:`~flasheval.engine.journal`     — the durable append-only journal both stores write;
 * :mod:`~flasheval.engine.distributed` — data parallelism under ``accelerate launch``;
-* :mod:`~flasheval.engine.evaluate`    — task examples -> requests -> backend -> per-example scores.
+* :mod:`~flasheval.engine.selection`   — an ``evaluate`` run's task plan and each task's selected examples;
+* :mod:`~flasheval.engine.heldout`     — held-out text files and their requests, for validation loss;
+* :mod:`~flasheval.engine.evaluate`    — task examples -> requests -> backend -> per-example scores;
+* :mod:`~flasheval.engine.example_records` — ``evaluate``'s per-example records and their file;
+* :mod:`~flasheval.engine.summary`     — ``evaluate``'s per-task, suite, validation and compute summary.
 
 Importing this package does NOT import torch, transformers or accelerate.
 """

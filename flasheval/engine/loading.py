@@ -1,4 +1,4 @@
-"""Open a model named by a spec: the backend, and the backend behind the results store.
+"""Open a model (a spec's weights, or one held in memory): the backend, and the backend behind the results store.
 
 Importing this module does NOT import torch, transformers or accelerate: the Hugging Face
 backend (:mod:`flasheval.engine.hf`) is imported only when a model is opened.
@@ -11,21 +11,22 @@ from typing import Any
 
 from flasheval.engine.base import Backend
 from flasheval.engine.distributed import cached_runner, launch_state
+from flasheval.engine.in_memory import LoadedModel, in_memory_fingerprint
 from flasheval.engine.specs import ModelSpec, NamedModel
 from flasheval.engine.store import CachedBackend, ResultStore
 from flasheval.errors import InputError
 
-__all__ = ["open_backend", "open_cached_backend", "n_parameters"]
+__all__ = ["open_backend", "open_model", "behind_store", "open_cached_backend", "n_parameters"]
 
 
 def open_backend(spec: ModelSpec, **options: Any) -> Backend:
-    """Load the model a ``hf:`` / ``gguf:`` spec names (options: see :func:`~flasheval.engine.hf.load_hf_backend`).
+    """Load the model a ``hf:`` / ``gguf:`` spec names (options: see :func:`~flasheval.engine.hf_loading.load_hf_backend`).
 
     ``replay:`` specs serve scores, not log-likelihoods; they are opened by the placement code.
     """
     if spec.kind == "replay":
         raise InputError("replay: models serve recorded scores; use them with placement commands", field="--model")
-    from flasheval.engine.hf import load_hf_backend
+    from flasheval.engine.hf_loading import load_hf_backend
 
     if spec.kind == "gguf":
         path = Path(spec.target).expanduser()
@@ -33,21 +34,49 @@ def open_backend(spec: ModelSpec, **options: Any) -> Backend:
     return load_hf_backend(spec.target, revision=spec.revision, **options)
 
 
-def open_cached_backend(model: NamedModel, store_dir: Path, *, dtype: str, device: str = "auto",
+def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "auto", batch_size: int = 32,
+               max_length: int | None = None) -> Backend:
+    """The backend of a spec's weights (loaded now) or of a model the caller holds (used as it is).
+
+    An in-memory model keeps its device and dtype: ``dtype`` is checked against the model's own
+    (``auto`` accepts any); its results are keyed by its identity (:mod:`flasheval.engine.in_memory`).
+    """
+    if isinstance(model, NamedModel):
+        return open_backend(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length)
+    if dtype != "auto" and dtype != model.dtype:
+        raise InputError(f"the model is in {model.dtype}, not {dtype}: cast it first (e.g. model.to(torch.{dtype}))",
+                         field="--dtype")
+    from flasheval.engine.base import SCORING_VERSION
+    from flasheval.engine.hf import HFBackend
+
+    length = int(max_length or getattr(model.model.config, "max_position_embeddings", None) or 2048)
+    return HFBackend(model.model, model.tokenizer, batch_size=batch_size, max_length=length,
+                     fingerprint=in_memory_fingerprint(model, max_length=length, scoring_version=SCORING_VERSION))
+
+
+def behind_store(backend: Backend, store_dir: Path, state: Any = None) -> tuple[CachedBackend, ResultStore]:
+    """``backend`` behind the results store of ``store_dir``; data-parallel when ``state`` is a launch's.
+
+    Close the returned store when done.
+    """
+    if state is None:
+        store = ResultStore(store_dir, fingerprint=backend.fingerprint)
+        return CachedBackend(backend, store), store
+    return cached_runner(backend, store_dir, state)
+
+
+def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str, device: str = "auto",
                         batch_size: int = 32, max_length: int | None = None,
                         state: Any = None) -> tuple[CachedBackend, ResultStore, Any]:
-    """Load a model and wrap it in the results store (data-parallel under ``accelerate launch``).
+    """Open a model (:func:`open_model`) behind the results store (data-parallel under ``accelerate launch``).
 
     ``state`` is the launch's process state (:func:`~flasheval.engine.distributed.make_state`);
     when omitted it is made here under a launch of several processes. Returns the cached
     backend, its store (close it when done) and the loaded backend.
     """
     state = launch_state() if state is None else state
-    backend = open_backend(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length)
-    if state is None:
-        store = ResultStore(store_dir, fingerprint=backend.fingerprint)
-        return CachedBackend(backend, store), store, backend
-    cached, store = cached_runner(backend, store_dir, state)
+    backend = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length)
+    cached, store = behind_store(backend, store_dir, state)
     return cached, store, backend
 
 

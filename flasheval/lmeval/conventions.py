@@ -45,7 +45,7 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["CONVENTION_VERSION", "LmEvalConventionBackend", "rolling_windows", "resolve_lmeval_max_length"]
+__all__ = ["CONVENTION_VERSION", "LmEvalConventionBackend", "rolling_windows", "resolve_lmeval_max_length", "lmeval_max_length"]
 
 CONVENTION_VERSION = "lm-eval-0.4.13-hf/1"
 """Part of the convention backend's fingerprint: results scored by lm-eval's tokenization rules
@@ -99,15 +99,28 @@ def resolve_lmeval_max_length(spec: ModelSpec) -> int:
     if not (path / "config.json").is_file():
         raise BackendError(f"{spec.target!r} is not a local model folder; pass --max_length for hub models")
     config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    tokenizer_config = path / "tokenizer_config.json"
+    tokenizer_max = (json.loads(tokenizer_config.read_text(encoding="utf-8")).get("model_max_length")
+                     if tokenizer_config.is_file() else None)
+    return lmeval_max_length(config, tokenizer_max)
+
+
+def lmeval_max_length(config: dict[str, Any], tokenizer_max_length: Any = None) -> int:
+    """lm-eval's maximum input length from a model config dict and the tokenizer's ``model_max_length``.
+
+    For a model already in memory: ``lmeval_max_length(model.config.to_dict(), tokenizer.model_max_length)``.
+
+    Examples
+    --------
+    >>> lmeval_max_length({"max_position_embeddings": 512}), lmeval_max_length({}, 1024), lmeval_max_length({}, 10**30)
+    (512, 1024, 2048)
+    """
     config = config.get("text_config") or config
     for key in _SEQLEN_KEYS:
         if config.get(key) is not None:
             return int(config[key])
-    tokenizer_config = path / "tokenizer_config.json"
-    if tokenizer_config.is_file():
-        value = json.loads(tokenizer_config.read_text(encoding="utf-8")).get("model_max_length")
-        if isinstance(value, int) and value < 10**29:
-            return value
+    if isinstance(tokenizer_max_length, int) and tokenizer_max_length < 10**29:
+        return tokenizer_max_length
     return _DEFAULT_MAX_LENGTH
 
 

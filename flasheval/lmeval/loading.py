@@ -1,22 +1,25 @@
-"""Open a model spec as an lm-eval model (:class:`~flasheval.lmeval.model.FlashevalLM`) behind the results store.
+"""Open a model as an lm-eval model (:class:`~flasheval.lmeval.model.FlashevalLM`) behind the results store.
 
 The stack is the one ``flasheval evaluate`` uses, with lm-eval's conventions in the middle:
 ``CachedBackend(DistributedBackend(LmEvalConventionBackend(HFBackend)))``. The store makes a
 killed run resume from its last finished batch; under ``accelerate launch`` the work is split
-across processes and only the main process writes the store.
+across processes and only the main process writes the store (the engine's one runner,
+:func:`flasheval.engine.loading.behind_store`). The model is a spec's weights or one the caller
+holds in memory (:class:`~flasheval.engine.in_memory.LoadedModel`).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flasheval.engine.loading import n_parameters, open_backend
+from flasheval.engine.distributed import launch_state
+from flasheval.engine.in_memory import LoadedModel
+from flasheval.engine.loading import behind_store, n_parameters, open_model
 from flasheval.engine.specs import NamedModel
 from flasheval.engine.store import CachedBackend, ResultStore
-from flasheval.lmeval.conventions import LmEvalConventionBackend, resolve_lmeval_max_length
+from flasheval.lmeval.conventions import LmEvalConventionBackend, lmeval_max_length, resolve_lmeval_max_length
 from flasheval.lmeval.model import FlashevalLM
 
 __all__ = ["OpenedModel", "open_lmeval_model"]
@@ -30,6 +33,8 @@ class OpenedModel:
     cached: CachedBackend
     """The store-backed backend (``n_computed``: requests computed rather than read from the store)."""
     store: ResultStore
+    backend: Any
+    """The loaded Hugging Face backend under lm-eval's conventions."""
     n_parameters: int | None
     is_main_process: bool
 
@@ -38,29 +43,25 @@ class OpenedModel:
         self.store.close()
 
 
-def open_lmeval_model(model: NamedModel, store_dir: Path, *, dtype: str = "float32", device: str = "auto",
-                      batch_size: int = 32, max_length: int | None = None) -> OpenedModel:
+def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str = "float32",
+                      device: str = "auto", batch_size: int = 32, max_length: int | None = None,
+                      state: Any = None) -> OpenedModel:
     """Load ``model`` and wrap it as an lm-eval model behind the results store in ``store_dir``.
 
     ``max_length`` is lm-eval's maximum input length (default: what lm-eval's HF backend reads
     from the model's config); the HF backend is opened to keep one more token, as lm-eval does.
+    ``state`` is the launch's process state; when omitted it is made here under a launch of several
+    processes (:func:`~flasheval.engine.distributed.launch_state`).
     """
-    length = max_length or resolve_lmeval_max_length(model.spec)
-    hf = open_backend(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=length + 1)
-    runner: Any = LmEvalConventionBackend(hf, max_length=length)
-    is_main = True
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from flasheval.engine.distributed import DistributedBackend
-
-        runner = DistributedBackend(runner, progress=True)
-        is_main = runner.state.is_main_process
-        if is_main:
-            store = ResultStore(store_dir, fingerprint=runner.fingerprint)
-        runner.state.wait_for_everyone()  # the main process opens (and repairs) the store before anyone reads it
-        if not is_main:
-            store = ResultStore(store_dir, fingerprint=runner.fingerprint, writer=False)
+    state = launch_state() if state is None else state
+    if max_length is not None:
+        length = max_length
+    elif isinstance(model, LoadedModel):
+        length = lmeval_max_length(model.model.config.to_dict(), getattr(model.tokenizer, "model_max_length", None))
     else:
-        store = ResultStore(store_dir, fingerprint=runner.fingerprint)
-    cached = CachedBackend(runner, store)
-    lm = FlashevalLM(cached, tokenizer=hf.tokenizer, max_length=length, model_id=model.model_id)
-    return OpenedModel(lm=lm, cached=cached, store=store, n_parameters=n_parameters(hf), is_main_process=is_main)
+        length = resolve_lmeval_max_length(model.spec)
+    hf = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=length + 1)
+    cached, store = behind_store(LmEvalConventionBackend(hf, max_length=length), store_dir, state)
+    lm = FlashevalLM(cached, tokenizer=hf.tokenizer, max_length=length, model_id=model.model_id)  # type: ignore[attr-defined]
+    return OpenedModel(lm=lm, cached=cached, store=store, backend=hf, n_parameters=n_parameters(hf),
+                       is_main_process=state is None or state.is_main_process)

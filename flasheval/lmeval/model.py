@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flasheval.engine.base import Backend
+from flasheval.engine.evaluate import example_tokens
 from flasheval.errors import InputError
 from flasheval.lmeval._install import require_lm_eval
 from flasheval.types import GenerationRequest, LoglikelihoodRequest, RollingLoglikelihoodRequest
@@ -68,6 +69,8 @@ class FlashevalLM:
         self.model_id = model_id
         self.cache_hook = CacheHook(None)
         self.n_requests = 0
+        self.doc_tokens: dict[tuple[str, str], int] = {}
+        """Tokens the model ran per ``(task_name, doc_id)`` (:func:`~flasheval.engine.evaluate.example_tokens`)."""
 
     # lm-eval reads these; every process of a launch looks like the only one to lm-eval.
     rank = 0
@@ -88,19 +91,33 @@ class FlashevalLM:
     def _task(self, instance: Any) -> str:
         return str(getattr(instance, "task_name", None) or "lm-eval")
 
+    def _count(self, instances: Sequence[Any], requests: Sequence[Any], results: Sequence[Any]) -> None:
+        """Add each doc's tokens (distinct contexts once, every continuation) to :attr:`doc_tokens`."""
+        by_doc: dict[tuple[str, str], tuple[list[Any], list[Any]]] = {}
+        for instance, request, result in zip(instances, requests, results, strict=True):
+            pair = by_doc.setdefault((self._task(instance), str(getattr(instance, "doc_id", ""))), ([], []))
+            pair[0].append(request)
+            pair[1].append(result)
+        for key, (reqs, ress) in by_doc.items():
+            self.doc_tokens[key] = self.doc_tokens.get(key, 0) + example_tokens(reqs, ress)
+
     def loglikelihood(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """``(log-likelihood, is_greedy)`` of each ``(context, continuation)``."""
         flat = [LoglikelihoodRequest(task_name=self._task(r), example_id=str(i), choice_index=0, context=r.args[0],
                                      continuation=r.args[1]) for i, r in enumerate(requests)]
         self.n_requests += len(flat)
-        return [(float(x.logprob_sum), bool(x.is_greedy)) for x in self._backend.loglikelihood(flat)]
+        results = self._backend.loglikelihood(flat)
+        self._count(requests, flat, results)
+        return [(float(x.logprob_sum), bool(x.is_greedy)) for x in results]
 
     def loglikelihood_rolling(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[float]:
         """Log-likelihood of each whole text (lm-eval's rolling windows)."""
         flat = [RollingLoglikelihoodRequest(task_name=self._task(r), example_id=str(i), text=r.args[0])
                 for i, r in enumerate(requests)]
         self.n_requests += len(flat)
-        return [float(x.logprob_sum) for x in self._backend.loglikelihood_rolling(flat)]
+        results = self._backend.loglikelihood_rolling(flat)
+        self._count(requests, flat, results)
+        return [float(x.logprob_sum) for x in results]
 
     def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
         """Greedy continuations, cut at the task's stop sequences and the EOS text (as ``HFLM``)."""
@@ -118,7 +135,9 @@ class FlashevalLM:
             flat.append(GenerationRequest(task_name=self._task(r), example_id=str(i), context=context,
                                           stop_sequences=tuple(until), max_new_tokens=int(kwargs["max_gen_toks"])))
         self.n_requests += len(flat)
-        return [x.text for x in self._backend.generate(flat)]
+        results = self._backend.generate(flat)
+        self._count(requests, flat, results)
+        return [x.text for x in results]
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         raise InputError("chat templates are not supported by the flasheval bridge", field="--apply_chat_template")

@@ -94,11 +94,17 @@ class LmEvalSettings:
     """Where custom task YAMLs were found (a default for placements; the config digests decide)."""
     models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Per model, what is known of it (spec, fingerprint) when the reference was built by flasheval."""
+    dtype: str | None = None
+    """The dtype every model was scored in (built by flasheval: pinned, a placement must use it);
+    ``None`` for imported lm-eval logs, which do not say."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": LMEVAL_KIND, "lm_eval_version": self.lm_eval_version, "include_path": self.include_path,
-                "tasks": {name: t.to_json() for name, t in sorted(self.tasks.items())},
-                "models": {k: dict(v) for k, v in self.models.items()}}
+        out = {"kind": LMEVAL_KIND, "lm_eval_version": self.lm_eval_version, "include_path": self.include_path,
+               "tasks": {name: t.to_json() for name, t in sorted(self.tasks.items())},
+               "models": {k: dict(v) for k, v in self.models.items()}}
+        if self.dtype is not None:
+            out["dtype"] = self.dtype
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None, *, where: str) -> LmEvalSettings:
@@ -113,8 +119,11 @@ class LmEvalSettings:
                                         fewshot_seed=t["fewshot_seed"], metric=t["metric"],
                                         prompt_hashes=t.get("prompt_hashes", {}))
                      for name, t in data["tasks"].items()}
+            dtype = data.get("dtype")
+            if dtype is not None and not isinstance(dtype, str):
+                raise TypeError(f"dtype must be a string, got {dtype!r}")
             return cls(tasks=tasks, lm_eval_version=str(data["lm_eval_version"]),
-                       include_path=data.get("include_path", ""), models=data.get("models", {}))
+                       include_path=data.get("include_path", ""), models=data.get("models", {}), dtype=dtype)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"malformed lm-eval settings ({type(exc).__name__}: {exc})", path=where,
                              field="build") from None

@@ -32,11 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from flasheval.errors import UnknownNameError
+from flasheval.errors import InputError, UnknownNameError
 from flasheval.hashing import derive_seed
-from flasheval.placement.controller import LookPlan, PlacementResult, look_plan, place, stage_rank
+from flasheval.placement.controller import place, stage_rank
 from flasheval.placement.fluid import fluid_rank, pool_fits
+from flasheval.placement.looks import LookPlan, look_plan
 from flasheval.placement.replay import ReplayScorer
+from flasheval.placement.results import PlacementResult
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.ranking import rank_among
@@ -194,7 +196,7 @@ def _summary(method: str, rows: tuple[BacktestRow, ...], full_examples: int) -> 
 def backtest(
     reference: ReferenceLeaderboard,
     plan: TierPlan,
-    flash_helm_plan: TierPlan,
+    flash_helm_plan: TierPlan | None = None,
     *,
     seed: int = 0,
     aggregate: str | None = None,
@@ -203,6 +205,7 @@ def backtest(
 ) -> BacktestResult:
     """Leave-one-out placement of every reference model under ``methods`` (see the module docstring).
 
+    ``flash_helm_plan``: the fixed schedule of the ``flash_helm`` method (needed only when it runs).
     ``looks``: a dict the caller keeps across seeds; each pool's looks (and their calibrated
     constant, the costly part) are computed once per held-out model and plan and stored there.
     """
@@ -210,6 +213,9 @@ def backtest(
         if m not in ALL_METHODS:
             raise UnknownNameError("backtest method", m, ALL_METHODS, field="--methods")
     methods = ("adaptive",) + tuple(dict.fromkeys(m for m in methods if m != "adaptive"))
+    if "flash_helm" in methods and flash_helm_plan is None:
+        raise InputError("the flash_helm method needs the plan of its fixed schedule (flash_helm_plan)",
+                         field="--flash-helm-tiers")
     full = full_data_ranks(reference, aggregate)
     plan = plan.for_pool(reference.n_models)  # each pool: the other n_models - 1, plus the held-out model
     rows: dict[str, list[BacktestRow]] = {m: [] for m in methods}
@@ -248,8 +254,6 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     >>> parse_seeds("0-4"), parse_seeds("3,1"), parse_seeds("0-1,5")
     ((0, 1, 2, 3, 4), (3, 1), (0, 1, 5))
     """
-    from flasheval.errors import InputError
-
     seeds: list[int] = []
     for part in text.split(","):
         first, dash, last = part.strip().partition("-")

@@ -55,7 +55,7 @@ class LmEvalScorer:
     requests
         Every ``(task_name, example_ids)`` asked for, in order.
     scored
-        Every ``(task_name, example_id, score)``, in the order scored.
+        Every ``(task_name, example_id, score, n_tokens)``, in the order scored.
     """
 
     def __init__(self, lm: Any, settings: LmEvalSettings, *, include_path: str | None,
@@ -65,7 +65,7 @@ class LmEvalScorer:
         self._manager = make_task_manager(include_path)
         self.n_parameters = n_parameters
         self.requests: list[tuple[str, tuple[str, ...]]] = []
-        self.scored: list[tuple[str, str, float]] = []
+        self.scored: list[tuple[str, str, float, int]] = []
 
     def score(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
         """The reference metric of each doc of ``example_ids`` (same order), scored now."""
@@ -86,9 +86,18 @@ class LmEvalScorer:
             raise InputError(f"lm-eval returned no score for docs {missing[:5]} of {task_name}", field="samples")
         built = prompt_hashes(results["samples"][task_name])  # type: ignore[index]
         self._check_prompts(task_name, set(example_ids), built)
-        self.scored += [(task_name, i, by_id[i]) for i in example_ids]
+        tokens = [self._tokens(task_name, i) for i in example_ids]
+        self.scored += [(task_name, i, by_id[i], n) for i, n in zip(example_ids, tokens)]
         logger.info("scored %d docs of %s through lm-eval", len(example_ids), task_name)
-        return ScoredExamples(scores=np.array([by_id[i] for i in example_ids], dtype=np.float64))
+        return ScoredExamples(scores=np.array([by_id[i] for i in example_ids], dtype=np.float64),
+                              n_tokens=np.array(tokens, dtype=np.int64))
+
+    def _tokens(self, task_name: str, doc_id: str) -> int:
+        """Tokens the model ran for one doc (requests served by the store count as run: the cost of a full run)."""
+        counts = getattr(self._lm, "doc_tokens", None)
+        if counts is None:
+            raise InputError(f"the lm-eval model {type(self._lm).__name__} reports no token counts", field="model")
+        return int(counts.get((task_name, str(doc_id)), 0))
 
     def _check_prompts(self, task_name: str, asked: set[str], hashes: dict[str, str]) -> None:
         pinned = self._settings.tasks[task_name].prompt_hashes
@@ -97,6 +106,10 @@ class LmEvalScorer:
             raise InputError(f"task {task_name}: the prompts lm-eval built now for docs {changed[:5]} differ from the "
                              "reference's (other few-shot examples or prompt text); the scores would not be paired",
                              field="--reference")
+
+    def examples_json(self) -> list[dict[str, Any]]:
+        """Every scored doc, as run records store them (``examples``)."""
+        return [{"task_name": t, "example_id": i, "score": s, "n_tokens": n} for t, i, s, n in self.scored]
 
     def asked_json(self) -> list[dict[str, Any]]:
         """:attr:`requests` as run records store them (``asked``)."""

@@ -102,6 +102,10 @@ class LiveScorer:
         return ScoredExamples(scores=np.array([o.score for o in outcomes], dtype=np.float64),
                               n_tokens=np.array([o.n_tokens for o in outcomes], dtype=np.int64))
 
+    def examples_json(self) -> list[dict[str, Any]]:
+        """:attr:`outcomes` as run records store them (``examples``)."""
+        return [o.to_json() for o in self.outcomes]
+
     def asked_json(self) -> list[dict[str, Any]]:
         """:attr:`requests` as run records store them (``asked``)."""
         return [{"task_name": t, "example_ids": list(ids)} for t, ids in self.requests]

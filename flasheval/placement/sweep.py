@@ -27,6 +27,7 @@ store, spends nothing twice and ends with the same result.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -34,8 +35,11 @@ import numpy as np
 
 from flasheval.errors import InputError
 from flasheval.hashing import derive_seed
-from flasheval.placement.controller import Budget, decide, for_budget, look_plan, stage_rank, stage_targets
+from flasheval.placement.controller import stage_rank
+from flasheval.placement.looks import for_budget, look_plan, stage_targets
+from flasheval.placement.results import Budget
 from flasheval.placement.scorers import ExampleScorer
+from flasheval.placement.stop_rule import decide
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.bootstrap import control_variate_means, percentile_interval
@@ -346,6 +350,7 @@ def sweep(
     aggregate: str | None = None,
     low_rank: int | None = None,
     n_parameters: int | None = None,
+    on_round: Callable[[int, int, int], None] | None = None,
 ) -> SweepResult:
     """Place every checkpoint of ``scorers`` on ``reference`` within ``budget`` (module docstring).
 
@@ -368,6 +373,9 @@ def sweep(
         ``clearly low`` (default: the first rank of the plan's last tier).
     n_parameters
         Parameters of the checkpoints, for the FLOPs estimate and ``budget.max_flops``.
+    on_round
+        Called after each round with the round number, the checkpoints still racing and the examples
+        scored so far over all checkpoints (progress).
     """
     if not scorers:
         raise InputError("no checkpoints to sweep", field="--models")
@@ -392,6 +400,8 @@ def sweep(
         if not _round(state, reference, plan, ctx, round_):
             round_ -= 1
             break
+        if on_round is not None:
+            on_round(round_, sum(c.status == "active" for c in state), _spent(state)[0])
     for c in state:
         if c.status == "active":
             c.status = "unresolved at budget"

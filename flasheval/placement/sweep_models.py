@@ -10,7 +10,9 @@ model (a fully resumed sweep loads nothing), and each checkpoint's request store
 
 Under ``accelerate launch`` every process runs the same rounds from the same scores, so every
 process loads and evicts the same checkpoints in the same order; each load goes through the
-engine's one data-parallel runner (:func:`flasheval.engine.distributed.cached_runner`).
+engine's one data-parallel runner (:func:`flasheval.engine.distributed.cached_runner`). A checkpoint
+is opened by the reference's :class:`~flasheval.placement.live_scoring.ScoringSetup`, so DCLM-format
+and lm-eval references share this pool.
 """
 
 from __future__ import annotations
@@ -24,48 +26,37 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from flasheval.engine.loading import n_parameters, open_cached_backend
-from flasheval.engine.specs import NamedModel
 from flasheval.errors import InputError
-from flasheval.placement.scorers import LiveScorer
+from flasheval.placement.live_scoring import LiveModel, OpenedScorer
+from flasheval.placement.scorers import ScoredExamples
 from flasheval.placement.sweep_run import MODELS_DIR
 from flasheval.records import slug
-from flasheval.reference.live import LiveSetup
 
 __all__ = ["CheckpointPool"]
 
 logger = logging.getLogger(__name__)
 
-
-class _Loaded:
-    """One checkpoint in memory: its model behind its request store."""
-
-    __slots__ = ("cached", "store")
-
-    def __init__(self, cached: Any, store: Any) -> None:
-        self.cached = cached
-        self.store = store
+Opener = Callable[[LiveModel, Path], OpenedScorer]
+"""Loads one checkpoint behind the request store of a folder (``ScoringSetup.open`` with its options bound)."""
 
 
-class _PooledBackend:
-    """The :class:`~flasheval.engine.base.Backend` a checkpoint's scorer sees: loads on first use."""
+class _PooledScorer:
+    """The scorer a sweep sees for one checkpoint: loads it on first use, logs what was asked across loads."""
 
     def __init__(self, pool: CheckpointPool, model_id: str) -> None:
         self._pool = pool
         self._model_id = model_id
+        self.n_parameters: int | None = None
+        self.requests: list[tuple[str, tuple[str, ...]]] = []
 
-    @property
-    def fingerprint(self) -> str:
-        return self._pool.backend(self._model_id).fingerprint
+    def score(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
+        opened = self._pool.opened(self._model_id)
+        self.requests.append((task_name, tuple(example_ids)))
+        return opened.scorer.score(task_name, example_ids)
 
-    def loglikelihood(self, requests: Sequence[Any], **kwargs: Any) -> list[Any]:
-        return self._pool.backend(self._model_id).loglikelihood(requests, **kwargs)
-
-    def generate(self, requests: Sequence[Any], **kwargs: Any) -> list[Any]:
-        return self._pool.backend(self._model_id).generate(requests, **kwargs)
-
-    def loglikelihood_rolling(self, requests: Sequence[Any], **kwargs: Any) -> list[Any]:
-        return self._pool.backend(self._model_id).loglikelihood_rolling(requests, **kwargs)
+    def asked_json(self) -> list[dict[str, Any]]:
+        """Every ``(task_name, example_ids)`` asked, as run records store them."""
+        return [{"task_name": t, "example_ids": list(ids)} for t, ids in self.requests]
 
 
 class CheckpointPool:
@@ -74,73 +65,61 @@ class CheckpointPool:
     Parameters
     ----------
     models
-        The checkpoints.
+        The checkpoints (spec models or in-memory ones).
     out
         The sweep's run folder (request stores go to ``out/models/<name>/``).
-    setup
-        The built reference's live setup (tasks, seed, dtype, prompt spacing).
-    device, batch_size
-        As for ``place``.
+    opener
+        Loads one checkpoint behind the request store of a folder: the reference's
+        :meth:`ScoringSetup.open <flasheval.placement.live_scoring.ScoringSetup.open>` with its options bound.
     max_loaded
         Most checkpoints held in memory together.
-    state
-        The launch's process state (``None`` for one process).
-    opener
-        Loads one checkpoint behind its request store; :func:`~flasheval.engine.loading.open_cached_backend`'s
-        signature and result.
 
     Attributes
     ----------
     scorers
-        ``{model_id: LiveScorer}`` for the sweep (each loads its checkpoint when first asked).
+        ``{model_id: scorer}`` for the sweep (each loads its checkpoint when first asked).
     peak_loaded
         Most checkpoints that were in memory at the same time.
     """
 
-    def __init__(self, models: Sequence[NamedModel], out: Path, setup: LiveSetup, *, device: str, batch_size: int,
-                 max_loaded: int, state: Any = None, opener: Callable[..., tuple[Any, Any, Any]] = open_cached_backend,
-                 ) -> None:
-        if max_loaded < 1:
-            raise InputError(f"must be >= 1, got {max_loaded}", field="--max-loaded")
+    def __init__(self, models: Sequence[LiveModel], out: Path, opener: Opener, *, max_loaded: int) -> None:
+        if isinstance(max_loaded, bool) or not isinstance(max_loaded, int) or max_loaded < 1:
+            raise InputError(f"must be an integer >= 1, got {max_loaded!r}", field="--max-loaded")
         self._models = {m.model_id: m for m in models}
-        self._out, self._setup, self._state, self._opener = out, setup, state, opener
-        self._options = {"dtype": setup.dtype, "device": device, "batch_size": batch_size}
+        self._out, self._opener = out, opener
         self.max_loaded = max_loaded
-        self._loaded: OrderedDict[str, _Loaded] = OrderedDict()
+        self._loaded: OrderedDict[str, OpenedScorer] = OrderedDict()
         self.peak_loaded = 0
         self.loads = dict.fromkeys(self._models, 0)
         self.load_seconds = dict.fromkeys(self._models, 0.0)
         self.fingerprints: dict[str, str | None] = dict.fromkeys(self._models)
         self._computed = dict.fromkeys(self._models, 0)
-        self.scorers = {m: LiveScorer(_PooledBackend(self, m), setup.tasks, seed=setup.seed,
-                                      prefix_space=setup.settings.prefix_space) for m in self._models}
+        self.scorers = {m: _PooledScorer(self, m) for m in self._models}
 
-    def backend(self, model_id: str) -> Any:
-        """The checkpoint's cached backend, loaded now (evicting the least recently used) if needed."""
+    def opened(self, model_id: str) -> OpenedScorer:
+        """The checkpoint, loaded now (evicting the least recently used) if needed."""
         if model_id in self._loaded:
             self._loaded.move_to_end(model_id)
-            return self._loaded[model_id].cached
+            return self._loaded[model_id]
         while len(self._loaded) >= self.max_loaded:
             self._evict(next(iter(self._loaded)))
-        model = self._models[model_id]
         start = time.perf_counter()
-        cached, store, backend = self._opener(model, self._out / MODELS_DIR / slug(model_id), state=self._state,
-                                              **self._options)
-        self._loaded[model_id] = _Loaded(cached, store)
+        opened = self._opener(self._models[model_id], self._out / MODELS_DIR / slug(model_id))
+        self._loaded[model_id] = opened
         self.peak_loaded = max(self.peak_loaded, len(self._loaded))
         self.loads[model_id] += 1
         self.load_seconds[model_id] += time.perf_counter() - start
-        self.fingerprints[model_id] = cached.fingerprint
-        self.scorers[model_id].n_parameters = n_parameters(backend)
+        self.fingerprints[model_id] = opened.fingerprint
+        self.scorers[model_id].n_parameters = opened.n_parameters
         logger.info("loaded %s (load %d, %.1f s)", model_id, self.loads[model_id], time.perf_counter() - start)
-        return cached
+        return opened
 
     def _evict(self, model_id: str) -> None:
         """Close the checkpoint's request store and free its weights."""
-        loaded = self._loaded.pop(model_id)
-        self._computed[model_id] += loaded.cached.n_computed
-        loaded.store.close()
-        del loaded
+        opened = self._loaded.pop(model_id)
+        self._computed[model_id] += opened.requests_computed
+        opened.close()
+        del opened
         gc.collect()
         torch = sys.modules.get("torch")  # loaded with the first model; never imported here
         if torch is not None and torch.cuda.is_available():
@@ -149,8 +128,8 @@ class CheckpointPool:
 
     def requests_computed(self, model_id: str) -> int:
         """Requests the checkpoint computed in this run, over all its loads."""
-        loaded = self._loaded.get(model_id)
-        return self._computed[model_id] + (0 if loaded is None else loaded.cached.n_computed)
+        opened = self._loaded.get(model_id)
+        return self._computed[model_id] + (0 if opened is None else opened.requests_computed)
 
     def close(self) -> None:
         """Unload every checkpoint (closes their request stores)."""

@@ -6,7 +6,7 @@ A run folder holds ``sweep-config.json`` (the settings, :func:`check_config`), `
 store, and other settings in the same folder are refused in one line. Replay sweeps are
 backtests: :func:`truth_ranks` gives each held-out checkpoint's full-data rank and
 :func:`separate_placements` the cost of placing them one by one. Live sweeps open every
-checkpoint behind its own request store (:func:`open_live_checkpoints`).
+checkpoint behind its own request store (:class:`~flasheval.placement.sweep_models.CheckpointPool`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import numpy as np
 
 from flasheval.engine.distributed import main_decides
 from flasheval.errors import InputError, UnknownNameError
-from flasheval.placement.controller import Budget, place
+from flasheval.placement.controller import place
 from flasheval.placement.replay import ReplayScorer
+from flasheval.placement.results import Budget
 from flasheval.placement.sweep import SweepResult
 from flasheval.placement.sweep_store import ResultsStore
 from flasheval.placement.tiers import TierPlan

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -118,12 +117,12 @@ def build_reference(models: Sequence[NamedModel], tasks: Sequence[LiveTask], *, 
 
 
 def write_built_reference(out: Path, result: BuildResult, *, name: str, suite: Suite, tasks: Sequence[LiveTask],
-                          work_dir: Path, argv: Sequence[str]) -> Path:
+                          work_dir: Path, built_with: str) -> Path:
     """Write the built reference into ``out`` and the build log into ``work_dir``; returns the log's path.
 
     A suite aggregated by centered accuracy gets DCLM's v2 random baselines and the ``centered``
-    aggregate; any other suite the plain mean. ``argv`` (the command's arguments) is recorded in
-    the manifest as how the reference was built.
+    aggregate; any other suite the plain mean. ``built_with`` (the command, or the call) is recorded
+    in the manifest as how the reference was built.
     """
     centered = suite.aggregate == "centered_mean"
     baselines = {t.name: t.spec.baseline_dclm_v2_pct / 100.0 for t in tasks} if centered else None
@@ -131,7 +130,7 @@ def write_built_reference(out: Path, result: BuildResult, *, name: str, suite: S
                     licence="scores of the listed models; see each model's licence",
                     metric="per-example accuracy under llm-foundry's rule (1 correct, 0 not)",
                     aggregate="centered" if centered else "mean", random_baselines=baselines,
-                    built_with="flasheval " + " ".join(shlex.quote(a) for a in argv),
+                    built_with=built_with,
                     build=result.settings.to_json(),
                     notes="Built by scoring models live; place live models with the same task files, seed and dtype.")
     return write_record(work_dir / BUILD_LOG_FILE, kind="reference-build", payload={

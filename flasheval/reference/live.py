@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flasheval import __version__
+from flasheval.version import __version__
 from flasheval.engine.base import SCORING_VERSION
 from flasheval.errors import InputError
 from flasheval.reference.leaderboard import ReferenceLeaderboard

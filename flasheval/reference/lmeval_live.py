@@ -71,7 +71,8 @@ def prepare_lmeval_live(reference: ReferenceLeaderboard, *, include_path: str | 
                              "would not be paired (omit --num_fewshot)", field="--num_fewshot")
     include = include_path or settings.include_path or None
     used = LmEvalSettings(tasks={n: settings.tasks[n] for n in reference.dataset_names},
-                          lm_eval_version=settings.lm_eval_version, include_path=settings.include_path)
+                          lm_eval_version=settings.lm_eval_version, include_path=settings.include_path,
+                          dtype=settings.dtype)
     check_installed(used, include_path=include, where=reference.name)
     return LmEvalLiveSetup(reference=reference, settings=used, include_path=include)
 
@@ -107,11 +108,12 @@ def _selected_docs(task_names: Sequence[str], include_path: str | None, *, n_exa
 def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[str], *, include_path: str | None,
                            num_fewshot: int | None, fewshot_seed: int, n_examples: int | None, seed: int,
                            metric: str | None, dtype: str, store_dir: Path, device: str = "auto",
-                           batch_size: int = 32) -> LmEvalBuild:
+                           batch_size: int = 32, state: Any = None) -> LmEvalBuild:
     """Score every model on the tasks' docs through lm-eval's task code and flasheval's engine.
 
     Every model goes through one results store (a killed build resumes); all models are scored
-    on the same docs with the same settings, which the returned :class:`LmEvalSettings` pins.
+    on the same docs with the same settings and dtype, which the returned :class:`LmEvalSettings`
+    pins. ``state`` is the launch's process state (``None`` for one process).
     """
     from flasheval.lmeval.loading import open_lmeval_model
     from flasheval.lmeval.model import OnlyDocsLM
@@ -125,7 +127,7 @@ def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[st
     settings: LmEvalSettings | None = None
     for model in models:
         start = time.perf_counter()
-        opened = open_lmeval_model(model, store_dir, dtype=dtype, device=device, batch_size=batch_size)
+        opened = open_lmeval_model(model, store_dir, dtype=dtype, device=device, batch_size=batch_size, state=state)
         # Every prompt as in a full run of the task (lm-eval draws few-shot examples in doc order);
         # with --n-examples the model answers only the selected docs.
         lm = opened.lm if samples is None else OnlyDocsLM(opened.lm, {t: set(ids) for t, ids in samples.items()})
@@ -155,5 +157,5 @@ def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[st
     if settings is None:
         raise InputError("no model to score", field="--models")
     settings = LmEvalSettings(tasks=settings.tasks, lm_eval_version=settings.lm_eval_version,
-                              include_path=settings.include_path, models=fingerprints)
+                              include_path=settings.include_path, models=fingerprints, dtype=dtype)
     return LmEvalBuild(settings=settings, frame=pd.DataFrame(rows), seconds=seconds, computed=computed)

@@ -45,8 +45,11 @@ def test_unknown_model_spec_prefix(capsys, task_dir, tmp_path):
 
 
 def test_model_path_that_does_not_exist(capsys, task_dir, tmp_path):
-    assert "does not exist" in _error_line(capsys, _argv(f"hf:{tmp_path}/no-such-model", task_dir, tmp_path))
-    assert "does not exist" in _error_line(capsys, _argv(f"gguf:{tmp_path}/missing.gguf", task_dir, tmp_path))
+    # Checked with the other cheap inputs, before anything loads.
+    assert "model files not found: no-such-model" in _error_line(capsys, _argv(f"hf:{tmp_path}/no-such-model", task_dir,
+                                                                               tmp_path))
+    assert "model files not found: missing" in _error_line(capsys, _argv(f"gguf:{tmp_path}/missing.gguf", task_dir,
+                                                                         tmp_path))
 
 
 def test_corrupt_weight_file(capsys, task_dir, tmp_path):

@@ -18,15 +18,14 @@ import numpy as np
 import pytest
 
 from flasheval.cli import main
-from flasheval.engine.loading import open_cached_backend
-from flasheval.placement.controller import Budget
+from flasheval.placement.live_scoring import LiveOptions, prepare_scoring
+from flasheval.placement.results import Budget
 from flasheval.placement.sweep import sweep
 from flasheval.placement.sweep_models import CheckpointPool
 from flasheval.placement.sweep_store import ResultsStore, StoredScorer
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.records import read_record
 from flasheval.reference import load_reference
-from flasheval.reference.live import prepare_live
 from flasheval.stats.sampling import example_order
 from flasheval.tasks import resolve_task_file, task_spec
 from tests._tiny_models import save_tiny_models
@@ -109,7 +108,7 @@ def test_live_sweep_refusals(tiny_models, built, tmp_path, capsys):
     assert _sweep(tiny_models, built, tmp_path / "s", "--dtype", "bfloat16") == 1
     assert "built in float32" in capsys.readouterr().err
     assert _sweep(tiny_models, built, tmp_path / "s", "--max-loaded", "0") == 1
-    assert "field '--max-loaded': must be >= 1, got 0" in capsys.readouterr().err
+    assert "field '--max-loaded': must be an integer >= 1, got 0" in capsys.readouterr().err
     assert main(["sweep", "--models", "replay:m0", f"hf:{tiny_models['m2']}", "--reference", str(built),
                  "--budget-examples", "60"]) == 1
     assert "replay:MODEL_ID specs or live specs, not both" in capsys.readouterr().err
@@ -134,23 +133,23 @@ def _pooled_sweep(tiny_models: dict[str, Path], built: Path, out: Path, max_load
     The opener is the real loader; it records a weak reference to every loaded model, so the
     count of models still in memory when another loads is an independent check of the eviction.
     """
-    setup = prepare_live(load_reference(built), seed=None, dtype=None, task_dir=None)
+    options = LiveOptions(device="cpu")
+    setup = prepare_scoring(load_reference(built), options)
     alive: list[weakref.ref] = []
     in_memory_at_load: list[int] = []
 
-    def opener(model, store_dir, **options):
+    def opener(model, store_dir):
         gc.collect()
         in_memory_at_load.append(sum(ref() is not None for ref in alive))
-        cached, store, backend = open_cached_backend(model, store_dir, **options)
-        alive.append(weakref.ref(backend._model))
-        return cached, store, backend
+        opened = setup.open(model, store_dir, options=options)
+        alive.append(weakref.ref(opened.backend._model))
+        return opened
 
     from flasheval.engine.specs import parse_named_models
 
     models = parse_named_models([f"{m}=hf:{tiny_models[m]}" for m in ("m2", "m3", "m4")])
     store = ResultsStore(out / "scores.jsonl")
-    with CheckpointPool(models, out, setup, device="cpu", batch_size=32, max_loaded=max_loaded,
-                        opener=opener) as pool:
+    with CheckpointPool(models, out, opener, max_loaded=max_loaded) as pool:
         scorers = {m: StoredScorer(live, store, m) for m, live in pool.scorers.items()}
         result = sweep(setup.reference, scorers, load_tier_plan(_escalating_plan(out)), budget=Budget(max_examples=90),
                        seed=setup.seed, low_rank=4)

@@ -1,0 +1,104 @@
+"""``flasheval.backtest``: leave every reference model out in turn, place it, compare with its full-data rank.
+
+The one path behind ``flasheval backtest``: each reference model is replayed against the others
+under each method (the adaptive plan, and the baselines it is compared with), for one seed or
+several; the figures of several seeds are given for every seed, never only the best.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.api.resolve import resolve_plan, resolve_reference
+from flasheval.errors import InputError
+from flasheval.placement.backtest import METHODS, BacktestResult, SeedSummary, summarize_seeds
+from flasheval.placement.backtest import backtest as run_backtest
+from flasheval.placement.live_scoring import check_seed
+from flasheval.records import write_record
+
+__all__ = ["BacktestRun", "backtest"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class BacktestRun:
+    """What :func:`backtest` returns."""
+
+    results: tuple[BacktestResult, ...]
+    """One per seed, in the order given: per method, every model's row and the summary."""
+    seeds: tuple[int, ...]
+    seconds: tuple[float, ...]
+    """Wall seconds of each seed."""
+    over_seeds: tuple[SeedSummary, ...] = ()
+    """Several seeds: per method, every seed's figures (with their mean and minimum)."""
+    record_path: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's payload (one seed: its result; several: ``{"seeds": [...]}``)."""
+        return self.results[0].to_json() if len(self.results) == 1 else {"seeds": [r.to_json() for r in self.results]}
+
+
+def backtest(
+    reference: Any = "helm_lite",
+    plan: Any = "default",
+    *,
+    compare_plan: Any = "flash_helm",
+    seeds: Sequence[int] = (0,),
+    methods: Sequence[str] = METHODS,
+    aggregate: str | None = None,
+    missing: str = "complete-models",
+    output: str | Path | None = None,
+    progress: ProgressCallback | None = None,
+) -> BacktestRun:
+    """Leave-one-out placement of every model of ``reference`` under ``methods``, for every seed.
+
+    Parameters
+    ----------
+    reference
+        Name, folder or :class:`~flasheval.reference.ReferenceLeaderboard`.
+    plan
+        The adaptive method's tier plan (name, file or :class:`~flasheval.placement.tiers.TierPlan`).
+    compare_plan
+        The fixed schedule of the ``flash_helm`` method (loaded only when that method runs).
+    seeds
+        Seeds to run (each a table; several also get per-seed figures with their mean and minimum).
+    methods
+        Out of :data:`flasheval.placement.backtest.ALL_METHODS`; ``adaptive`` always runs (it sets the others' cost).
+    aggregate, missing
+        Aggregate over datasets (default: the reference's) and the missing-data policy.
+    output
+        Record file to write (``None``: none).
+    progress
+        Called with a :class:`~flasheval.api.progress.Progress` after every seed.
+    """
+    if isinstance(seeds, (int, str)) or not isinstance(seeds, Sequence) or not seeds:
+        raise InputError(f"give a non-empty list of seeds, got {seeds!r}", field="--seeds")
+    for seed in seeds:
+        if seed is None:
+            raise InputError("must be an integer >= 0, got None", field="--seed")
+        check_seed(seed)
+    if isinstance(methods, str) or not methods:
+        raise InputError(f"give a non-empty list of methods, got {methods!r}", field="--methods")
+    report = Reporter(progress)
+    ref = resolve_reference(reference, missing=missing)
+    plan_ = resolve_plan(plan)
+    fixed = resolve_plan(compare_plan) if "flash_helm" in methods else None
+    results, seconds, looks = [], [], {}  # each pool's looks, computed at the first seed and reused
+    for done, seed in enumerate(seeds, 1):
+        start = time.perf_counter()
+        results.append(run_backtest(ref, plan_, fixed, seed=seed, aggregate=aggregate, methods=tuple(methods),
+                                    looks=looks))
+        seconds.append(time.perf_counter() - start)
+        report("seed", f"seed {seed}: {ref.n_models} models left out in turn in {seconds[-1]:.0f} s", done=done,
+               total=len(seeds), seconds=seconds[-1], detail=results[-1])
+    run = BacktestRun(results=tuple(results), seeds=tuple(seeds), seconds=tuple(seconds),
+                      over_seeds=summarize_seeds(results) if len(results) > 1 else ())
+    if output is not None:
+        path = write_record(Path(output), kind="backtest", payload=run.to_json())
+        run = BacktestRun(results=run.results, seeds=run.seeds, seconds=run.seconds, over_seeds=run.over_seeds,
+                          record_path=path)
+    return run

@@ -1,0 +1,208 @@
+"""``flasheval.build_reference``: score real models on the same examples and write a reference from them.
+
+The one path behind ``flasheval reference build``, for both engines: ``flasheval`` (DCLM-format
+task suites, :func:`flasheval.reference.build.build_reference`) and ``lm-eval`` (lm-eval tasks through
+lm-eval's task code, :func:`flasheval.reference.lmeval_live.build_lmeval_reference`). Every check that
+needs no weights runs first; every model goes through one results store (a killed build resumes);
+the reference folder is written only once every model is scored, by the main process of a launch.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.engine.distributed import launch_state, shutdown
+from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
+from flasheval.errors import InputError
+from flasheval.placement.live_scoring import DTYPES, check_count, check_seed
+from flasheval.reference import MANIFEST_FILE, ReferenceLeaderboard, load_reference, references_root, write_reference
+from flasheval.reference.build import build_reference as score_task_files
+from flasheval.reference.build import write_built_reference
+from flasheval.tasks import load_live_tasks, load_suite
+
+__all__ = ["BuiltReference", "build_reference", "ENGINES"]
+
+ENGINES = ("flasheval", "lm-eval")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class BuiltReference:
+    """What :func:`build_reference` returns."""
+
+    path: Path
+    """The reference folder written."""
+    reference: ReferenceLeaderboard | None
+    """The reference, read back (``None`` on the other processes of a launch)."""
+    seconds: Mapping[str, float]
+    """Per model, wall seconds (load included)."""
+    computed: Mapping[str, int]
+    """Per model, requests computed now (the rest came from the store)."""
+    store_dir: Path
+    log_path: Path | None = None
+    """The build log (engine ``flasheval``)."""
+
+
+def _models(models: Sequence[Any]) -> tuple[NamedModel, ...]:
+    if isinstance(models, str) or not models:
+        raise InputError("give a non-empty list of model specs", field="--models")
+    if all(isinstance(m, NamedModel) for m in models):
+        return tuple(models)
+    if not all(isinstance(m, str) for m in models):
+        raise InputError("a reference is built from model specs ([NAME=]hf:... / gguf:...) or NamedModel objects",
+                         field="--models")
+    return parse_named_models(list(models))
+
+
+def _task_names(suite: str, tasks: Any) -> tuple[str, ...]:
+    names = load_suite(suite).task_names
+    if not tasks:
+        return names
+    wanted = tuple(t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip())
+    outside = [t for t in wanted if t not in names]
+    if outside or not wanted:
+        raise InputError(f"tasks {outside} are not in suite {suite!r}", field="--tasks", allowed=names)
+    return wanted
+
+
+def build_reference(
+    models: Sequence[str | NamedModel],
+    *,
+    name: str,
+    engine: str = "flasheval",
+    suite: str | None = None,
+    tasks: str | Sequence[str] | None = None,
+    task_dir: str | Path | None = None,
+    include_path: str | Path | None = None,
+    num_fewshot: int | None = None,
+    fewshot_seed: int = 1234,
+    metric: str | None = None,
+    n_examples: int | None = None,
+    seed: int = 1234,
+    dtype: str = "float32",
+    device: str | None = None,
+    batch_size: int = 32,
+    prefix_space: bool = True,
+    output_root: str | Path | None = None,
+    work_dir: str | Path | None = None,
+    force: bool = False,
+    argv: Sequence[str] | None = None,
+    progress: ProgressCallback | None = None,
+) -> BuiltReference:
+    """Score every model on the same examples and write the reference ``name``.
+
+    Parameters
+    ----------
+    models
+        ``[NAME=]hf:PATH_OR_ID`` / ``[NAME=]gguf:FILE`` specs (or :class:`~flasheval.engine.specs.NamedModel`).
+    name
+        The reference's name (its folder under ``output_root``).
+    engine
+        ``flasheval``: a DCLM-format ``suite`` (``tasks`` a subset) from ``task_dir``. ``lm-eval``: lm-eval
+        task names in ``tasks``, with ``include_path``, ``num_fewshot``, ``fewshot_seed`` and ``metric``.
+    n_examples, seed
+        Examples per task: the first N of the order seeded by ``seed`` (default: all).
+    dtype
+        Pinned in the reference (placements must use it).
+    device, batch_size
+        How the models run.
+    prefix_space
+        ``flasheval`` engine: prepend a space to continuations (``False`` for SentencePiece-only pools).
+    output_root, work_dir, force
+        Where ``name/`` is written (default ``$FLASHEVAL_REFERENCES`` or ``reference_rankings/``); the results
+        store and build log (default ``runs/reference-build-NAME``); overwrite an existing reference.
+    argv
+        The command's arguments, recorded in the manifest as how it was built (default: this call).
+    progress
+        Called with a :class:`~flasheval.api.progress.Progress` when the build starts.
+    """
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}", field="--engine", allowed=ENGINES)
+    if n_examples is not None and (isinstance(n_examples, bool) or not isinstance(n_examples, int) or n_examples < 1):
+        raise InputError(f"must be >= 1, got {n_examples}", field="--n-examples")
+    if dtype not in DTYPES:
+        raise InputError(f"unknown dtype {dtype!r} (a reference pins its dtype)", field="--dtype", allowed=DTYPES)
+    check_count(batch_size, field="--batch-size")
+    check_seed(seed)
+    if not isinstance(name, str) or not name.strip() or "/" in name:
+        raise InputError(f"must be a folder name, got {name!r}", field="--name")
+    named = _models(models)
+    out = references_root(None if output_root is None else str(output_root)) / name
+    if (out / MANIFEST_FILE).exists() and not force:
+        raise InputError("reference already exists (use --force to overwrite)", path=out)
+    work = Path(work_dir or Path("runs") / f"reference-build-{name}")
+    report = Reporter(progress)
+    recorded = ("flasheval " + " ".join(shlex.quote(a) for a in argv)) if argv is not None \
+        else f"flasheval.build_reference(name={name!r})"
+    if engine == "lm-eval":
+        return _lmeval(named, tasks, name=name, out=out, work=work, include_path=include_path, num_fewshot=num_fewshot,
+                       fewshot_seed=fewshot_seed, metric=metric, n_examples=n_examples, seed=seed, dtype=dtype,
+                       device=device, batch_size=batch_size, suite=suite, task_dir=task_dir, prefix_space=prefix_space,
+                       recorded=recorded, report=report)
+    for option, value in (("include_path", include_path), ("num_fewshot", num_fewshot), ("metric", metric)):
+        if value is not None:
+            raise InputError("applies to --engine lm-eval only", field="--" + option.replace("_", "-"))
+    for option, value in (("suite", suite), ("task_dir", task_dir)):
+        if not value:
+            raise InputError("required with --engine flasheval", field="--" + option.replace("_", "-"))
+    task_list = load_live_tasks(_task_names(str(suite), tasks), str(task_dir))
+    check_model_files(named)
+    state = launch_state()
+    report.is_main = state is None or state.is_main_process
+    report("start", f"building {name}: {len(named)} models x {len(task_list)} tasks")
+    result = score_task_files(named, task_list, suite=str(suite), seed=seed, n_examples=n_examples, dtype=dtype,
+                              store_dir=work / "store", prefix_space=prefix_space, device=device or "auto",
+                              batch_size=batch_size, task_dir=str(Path(str(task_dir)).resolve()), state=state)
+    log = None
+    if report.is_main:
+        log = write_built_reference(out, result, name=name, suite=load_suite(str(suite)), tasks=task_list,
+                                    work_dir=work, built_with=recorded)
+    shutdown(state)  # only the main process wrote; the others wait for it here
+    return BuiltReference(path=out, reference=load_reference(out) if report.is_main else None, seconds=result.seconds,
+                          computed=result.computed, store_dir=work / "store", log_path=log)
+
+
+def _lmeval(models: Sequence[NamedModel], tasks: Any, *, name: str, out: Path, work: Path, include_path: Any,
+            num_fewshot: int | None, fewshot_seed: int, metric: str | None, n_examples: int | None, seed: int,
+            dtype: str, device: str | None, batch_size: int, suite: str | None, task_dir: Any, prefix_space: bool,
+            recorded: str, report: Reporter) -> BuiltReference:
+    from flasheval.lmeval import require_lm_eval
+
+    for option, value in (("suite", suite), ("task_dir", task_dir)):
+        if value is not None:
+            raise InputError("applies to --engine flasheval only (lm-eval tasks come from --tasks)",
+                             field="--" + option.replace("_", "-"))
+    if not prefix_space:
+        raise InputError("applies to --engine flasheval only (lm-eval tokenizes by its own rules)",
+                         field="--no-prefix-space")
+    names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks or ()) if t.strip()]
+    if not names:
+        raise InputError("name the lm-eval tasks to score (comma-separated)", field="--tasks")
+    check_model_files(models)
+    require_lm_eval()
+    from flasheval.reference.lmeval_live import build_lmeval_reference
+
+    include = str(Path(include_path).resolve()) if include_path else None
+    state = launch_state()
+    report.is_main = state is None or state.is_main_process
+    report("start", f"building {name}: {len(models)} models x {len(names)} lm-eval tasks")
+    result = build_lmeval_reference(models, names, include_path=include, num_fewshot=num_fewshot,
+                                    fewshot_seed=fewshot_seed, n_examples=n_examples, seed=seed, metric=metric,
+                                    dtype=dtype, store_dir=work / "store", device=device or "auto",
+                                    batch_size=batch_size, state=state)
+    if report.is_main:
+        metrics = sorted({t.metric for t in result.settings.tasks.values()})
+        write_reference(out, result.frame, name=name,
+                        source=f"flasheval reference build --engine lm-eval (lm-eval {result.settings.lm_eval_version})",
+                        licence="scores of the listed models; see each model's licence",
+                        metric=f"per-example lm-eval metric ({', '.join(metrics)})", aggregate="mean",
+                        built_with=recorded, build=result.settings.to_json(),
+                        notes="Built through lm-eval's task code; place live models with the same lm-eval version, "
+                              "tasks and dtype.")
+    shutdown(state)
+    return BuiltReference(path=out, reference=load_reference(out) if report.is_main else None, seconds=result.seconds,
+                          computed=result.computed, store_dir=work / "store")

@@ -1,0 +1,238 @@
+"""``flasheval.evaluate``: score the first N examples of each task's seeded order, DCLM's and Gadre's way.
+
+The one path behind ``flasheval evaluate``: plan the tasks and suites, select the examples, check
+held-out files (all before the model loads), score every request through the results store (data-
+parallel under ``accelerate launch``), then the per-example records, each task's accuracy, each
+suite's aggregate, the validation loss and the compute spent.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flasheval.api.models import ReplayModel, resolve_model
+from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.engine.distributed import make_state, shutdown
+from flasheval.engine.evaluate import evaluation_requests, evaluation_results, score_through_store
+from flasheval.engine.example_records import EXAMPLE_FORMATS, ExampleRecord, write_example_records
+from flasheval.engine.heldout import load_heldout
+from flasheval.engine.in_memory import LoadedModel, scoring_mode
+from flasheval.engine.loading import n_parameters, open_model
+from flasheval.engine.specs import NamedModel, check_model_files
+from flasheval.engine.selection import TaskPlan, plan_tasks, select_examples, task_requests
+from flasheval.engine.summary import evaluation_summary, suite_summaries
+from flasheval.engine.throughput import throughput
+from flasheval.errors import InputError
+from flasheval.placement.live_scoring import check_count, check_seed
+from flasheval.placement.replay import replay_records
+from flasheval.records import write_record
+
+__all__ = ["EvaluationRun", "evaluate", "SUMMARY_FILE"]
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class EvaluationRun:
+    """What :func:`evaluate` returns."""
+
+    summary: Mapping[str, Any]
+    """The record's payload: per task accuracy and standard error, suite aggregates, validation loss, compute."""
+    records: tuple[ExampleRecord, ...]
+    """Every example's record (few-shot ids, per-choice log-likelihoods, prediction, correct)."""
+    examples_path: Path | None = None
+    """The per-example records file (``None`` without ``output``)."""
+    record_path: Path | None = None
+    """The summary record (``None`` without ``output``)."""
+    is_main_process: bool = True
+    """``False`` on the other processes of a launch (they return the same records, write nothing)."""
+
+
+def _task_list(tasks: Any) -> list[str]:
+    if tasks is None:
+        return []
+    names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else list(tasks)
+    names = [t for t in names if t]
+    if not names:
+        raise InputError("no task names given", field="--tasks")
+    if len(set(names)) != len(names):
+        raise InputError(f"task listed twice in {tasks!r}", field="--tasks")
+    return names
+
+
+def evaluate(
+    model: Any,
+    *,
+    tokenizer: Any = None,
+    identity: str | None = None,
+    tasks: str | Sequence[str] | None = None,
+    suites: Sequence[str] = (),
+    task_dir: str | Path | None = None,
+    heldout: Sequence[str | Path] = (),
+    n_examples: int | None = None,
+    seed: int = 1234,
+    baselines: str = "v2",
+    model_id: str | None = None,
+    output: str | Path | None = None,
+    format: str = "parquet",
+    store: str | Path | None = None,
+    dtype: str = "auto",
+    device: str | None = None,
+    batch_size: int = 32,
+    max_length: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> EvaluationRun:
+    """Score ``tasks`` and whole ``suites`` (and held-out text) with ``model``.
+
+    Parameters
+    ----------
+    model
+        ``"hf:PATH_OR_ID[@REV]"``, ``"gguf:FILE"``, ``"replay:REFERENCE/MODEL"`` (recorded scores), a
+        :class:`~flasheval.engine.in_memory.LoadedModel`, or a loaded ``transformers`` model with ``tokenizer=``.
+    tokenizer, identity
+        In-memory models: the tokenizer, and what keys the stored results (none: kept for this call).
+    tasks, suites
+        Task names (a list or ``"t1,t2"``), whole suites (``dclm-core``, ...); with both, ``tasks`` narrows the suites.
+    task_dir
+        The task files (llm-foundry ``local_data`` layout); not for replay.
+    heldout
+        Held-out text files (JSON lines with ``text``, or plain text) for validation loss.
+    n_examples, seed
+        The first N examples of each task's order seeded by ``seed`` (default: all; seed 1234).
+    baselines
+        DCLM random-baseline version for CORE / EXTENDED centering (``v1``, ``v2``).
+    model_id
+        The model's id in the record (default: the file or folder name).
+    output, format, store
+        Where records (``format``: parquet or jsonl) and ``summary.json`` go (``None``: nothing written),
+        and the results store (default ``output/store``; without ``output``, a temporary one).
+    dtype, device, batch_size, max_length
+        How the model runs (``dtype``/``device`` ``auto``: float32 on CPU, bfloat16 on GPU); not for
+        in-memory models, which run as they are.
+    progress
+        Called with a :class:`~flasheval.api.progress.Progress` when the model is ready and when it is done.
+    """
+    report = Reporter(progress)
+    resolved = resolve_model(model, tokenizer=tokenizer, identity=identity, check_files=False)
+    if n_examples is not None and (isinstance(n_examples, bool) or not isinstance(n_examples, int) or n_examples < 1):
+        raise InputError(f"must be >= 1, got {n_examples}", field="--n-examples")
+    check_count(batch_size, field="--batch-size")
+    check_seed(seed)
+    if format not in EXAMPLE_FORMATS:
+        raise InputError(f"unknown format {format!r}", field="--format", allowed=EXAMPLE_FORMATS)
+    if baselines not in ("v1", "v2"):
+        raise InputError(f"unknown baselines {baselines!r}", field="--baselines", allowed=("v1", "v2"))
+    if isinstance(resolved, ReplayModel):
+        return _replay(resolved, tasks, suites=suites, heldout=heldout, n_examples=n_examples, seed=seed,
+                       model_id=model_id, output=output, format=format)
+    if isinstance(resolved, LoadedModel):
+        for name, value, default in (("dtype", dtype, "auto"), ("device", device, None), ("max_length", max_length, None)):
+            if value != default:
+                raise InputError("an in-memory model runs as it is (its dtype, device and length)",
+                                 field="--" + name.replace("_", "-"))
+    started = time.perf_counter()
+    if task_dir is None and (tasks or suites):
+        raise InputError("required for hf: and gguf: models", field="--task-dir")
+    # Validate the tasks and held-out files (cheap) before loading the model (slow).
+    plan = TaskPlan(suites=(), task_names=())
+    if tasks or suites or not heldout:
+        plan = plan_tasks(list(suites), _task_list(tasks), task_dir or ".")
+    for task in plan.without_data:
+        logger.warning("%s: no file in %s; suites that include it are reported as partial", task, task_dir)
+    selections = select_examples(plan.task_names, task_dir or ".", n_examples=n_examples, seed=seed)
+    held = load_heldout(list(heldout))
+    if isinstance(resolved, NamedModel):
+        check_model_files([resolved], field="--model")
+    state = make_state()
+    report.is_main = state.is_main_process
+    with ExitStack() as stack:
+        transient = output is None and store is None or (isinstance(resolved, LoadedModel) and resolved.identity is None)
+        store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-store-"))) if transient \
+            else Path(store) if store is not None else Path(output) / "store"  # type: ignore[arg-type]
+        load_started = time.perf_counter()
+        backend = open_model(resolved, dtype=dtype, device=device or "auto", batch_size=batch_size,
+                             max_length=max_length)
+        load_seconds = time.perf_counter() - load_started
+        if isinstance(resolved, LoadedModel):
+            stack.enter_context(scoring_mode(resolved.model))
+        report("start", f"scoring {len(selections)} tasks with {resolved.model_id} (loaded in {load_seconds:.0f} s)")
+        prefix_space = getattr(backend, "prefix_space", True)
+        per_task = {s.spec.name: task_requests(s, seed=seed, prefix_space=prefix_space) for s in selections}
+        flat = evaluation_requests(per_task, held)
+        # Not shut down after a failure: the others may be stuck in another collective; the launcher ends them.
+        results, counts = score_through_store(backend, flat, store_dir, state)
+    counts = {**counts, "load_seconds": load_seconds, "wall_seconds": time.perf_counter() - started}
+    try:
+        outcome = evaluation_results(selections, per_task, held, results)
+        aggregates = suite_summaries(plan.suites, outcome.tasks, baselines=baselines)
+        summary = evaluation_summary(outcome, plan, aggregates, n_parameters=n_parameters(backend))
+        summary["compute"].update(load_seconds=counts["load_seconds"], scoring_seconds=counts["scoring_seconds"],
+                                  wall_seconds=counts["wall_seconds"])
+        compute = summary["compute"]
+        # The hardware's rate counts every token scored in the timed call, held-out text included.
+        speed = throughput(n_examples=outcome.n_examples,
+                           n_tokens=compute["n_tokens"] + (compute["heldout_n_tokens"] or 0),
+                           seconds=counts["scoring_seconds"], n_parameters=compute["n_parameters"])
+        payload = {
+            "model": model if isinstance(model, str) else resolved.text,
+            "model_id": model_id or resolved.model_id,
+            "fingerprint": backend.fingerprint,
+            "seed": seed,
+            "n_examples_per_task": n_examples,
+            "baselines": baselines,
+            **summary,
+            "n_examples": outcome.n_examples,
+            "n_requests": len(flat),
+            **{k: v for k, v in counts.items() if k not in ("load_seconds", "wall_seconds")},
+            "n_parameters": compute["n_parameters"],
+            **speed,
+            "world_size": state.num_processes,
+        }
+        if not state.is_main_process or output is None:
+            return EvaluationRun(summary=payload, records=tuple(outcome.records),
+                                 is_main_process=state.is_main_process)
+        examples_path = write_example_records(outcome.records, Path(output), format)
+        payload["examples_file"] = examples_path.name
+        path = write_record(Path(output) / SUMMARY_FILE, kind="evaluate", payload=payload)
+        report("done", f"{outcome.n_examples} examples scored")
+        return EvaluationRun(summary=payload, records=tuple(outcome.records), examples_path=examples_path,
+                             record_path=path)
+    finally:
+        shutdown(state)
+
+
+def _replay(model: ReplayModel, tasks: Any, *, suites: Sequence[str], heldout: Sequence[Any], n_examples: int | None,
+            seed: int, model_id: str | None, output: str | Path | None, format: str) -> EvaluationRun:
+    """``replay:REFERENCE/MODEL``: records of recorded scores, no model run."""
+    if suites or heldout:
+        raise InputError("replay: models serve recorded scores of a reference's datasets; --suite and --heldout "
+                         "need a model to run", field="--model")
+    if not tasks:
+        raise InputError("required for replay: models", field="--tasks")
+    target = model.model_id
+    records, means, reference = replay_records(target, _task_list(tasks), n_examples=n_examples, seed=seed)
+    counts = {name: sum(r.task_name == name for r in records) for name in means}
+    payload: dict[str, Any] = {
+        "model": model.text,
+        "model_id": model_id or target.partition("/")[2] or target,
+        "reference": reference,
+        "seed": seed,
+        "n_examples_per_task": n_examples,
+        "tasks": {name: {"n_examples": counts[name], "accuracy": means[name]} for name in means},
+        "n_examples": len(records),
+    }
+    if output is None:
+        return EvaluationRun(summary=payload, records=tuple(records))
+    examples_path = write_example_records(records, Path(output), format)
+    payload["examples_file"] = examples_path.name
+    path = write_record(Path(output) / SUMMARY_FILE, kind="evaluate", payload=payload)
+    return EvaluationRun(summary=payload, records=tuple(records), examples_path=examples_path, record_path=path)

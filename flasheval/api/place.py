@@ -1,0 +1,210 @@
+"""``flasheval.place``: where one model stands on a reference, for a fraction of a full run.
+
+The one live path behind ``flasheval place``: load and check the reference, hold the model out of
+the pool, open the model behind its results store the way the reference's models were scored
+(:func:`flasheval.placement.live_scoring.prepare_scoring`: DCLM-format task files or lm-eval tasks),
+run the placement loop (:func:`flasheval.placement.controller.place`) and write the record.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flasheval.api.models import ReplayModel, resolve_model
+from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.api.resolve import check_n_parameters, resolve_budget, resolve_plan, resolve_reference
+from flasheval.engine.distributed import launch_state
+from flasheval.engine.in_memory import LoadedModel, scoring_mode
+from flasheval.errors import InputError
+from flasheval.placement.backtest import full_data_ranks
+from flasheval.placement.controller import place as run_placement
+from flasheval.placement.live_scoring import LiveOptions, check_seed, prepare_scoring
+from flasheval.placement.replay import ReplayScorer
+from flasheval.placement.results import Budget, PlacementResult, StageRecord
+from flasheval.placement.tiers import TierPlan
+from flasheval.records import write_record
+from flasheval.reference import ReferenceLeaderboard
+
+__all__ = ["PlaceRun", "place", "RECORD_FILE"]
+
+RECORD_FILE = "place.json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class PlaceRun:
+    """What :func:`place` returns: the placement, and what was run to get it."""
+
+    placement: PlacementResult
+    """Rank, interval, tier, every stage and the compute spent (:class:`~flasheval.placement.results.PlacementResult`)."""
+    full_data_rank: int | None = None
+    """Replayed models only: the rank with every example scored (the answer the placement estimates)."""
+    live: Mapping[str, Any] | None = None
+    """Live models only: spec, fingerprint, dtype, engine settings, seconds, requests computed, every
+    example asked and scored (the record's ``live`` entry)."""
+    record_path: Path | None = None
+    """Where the record was written (``None`` without ``output``)."""
+
+    @property
+    def rank(self) -> int:
+        return self.placement.rank
+
+    @property
+    def interval(self) -> tuple[int, int]:
+        return self.placement.interval
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's payload (``place.json``)."""
+        payload = self.placement.to_json()
+        if self.full_data_rank is not None:
+            payload["full_data_rank"] = self.full_data_rank
+        if self.live is not None:
+            payload["live"] = dict(self.live)
+        return payload
+
+
+def _stage_reporter(report: Reporter) -> Any:
+    def on_stage(stage: StageRecord, n_stages: int) -> None:
+        report("stage", stage.log_line(n_stages), done=stage.stage + 1, total=n_stages, detail=stage)
+
+    return on_stage
+
+
+def place(
+    model: Any,
+    reference: str | Path | ReferenceLeaderboard = "helm_lite",
+    *,
+    tokenizer: Any = None,
+    identity: str | None = None,
+    plan: str | Path | TierPlan = "default",
+    budget: Budget | None = None,
+    seed: int | None = None,
+    aggregate: str | None = None,
+    missing: str = "complete-models",
+    n_parameters: int | None = None,
+    task_dir: str | Path | None = None,
+    include_path: str | Path | None = None,
+    num_fewshot: int | None = None,
+    dtype: str | None = None,
+    device: str | None = None,
+    batch_size: int | None = None,
+    output: str | Path | None = None,
+    progress: ProgressCallback | None = None,
+) -> PlaceRun:
+    """Place ``model`` on ``reference`` by escalating nested subsamples; stop when its tier's resolution is met.
+
+    Parameters
+    ----------
+    model
+        ``"replay:MODEL_ID"`` (a reference model, held out of the pool), ``"[NAME=]hf:PATH_OR_ID"`` /
+        ``"[NAME=]gguf:FILE"``, a :class:`~flasheval.engine.specs.NamedModel` or
+        :class:`~flasheval.engine.in_memory.LoadedModel`, or a loaded ``transformers`` model with
+        ``tokenizer=`` (scored in place, in eval mode under ``torch.inference_mode()``, and handed back in
+        the mode it came in).
+    reference
+        A reference name, folder, or :class:`~flasheval.reference.ReferenceLeaderboard`. Live models need a
+        reference built by scoring models (``build_reference`` or an lm-eval import); a model that is in
+        the reference is held out of the pool.
+    tokenizer, identity
+        In-memory models only: the tokenizer, and what keys the model's stored results (e.g. a run name
+        and step). Without an identity the results are kept for this call only.
+    plan
+        Tier plan name, file or :class:`~flasheval.placement.tiers.TierPlan` (:func:`flasheval.load_plan`).
+    budget
+        Caps on examples, tokens or FLOPs (:class:`~flasheval.placement.results.Budget`).
+    seed
+        Replay: the example-order and bootstrap seed (default 0). Live: the reference's build seed on
+        DCLM-format references (another is refused), any seed on lm-eval references (default 0).
+    aggregate, missing
+        Aggregate over datasets (default: the reference's) and the missing-data policy.
+    n_parameters
+        Parameters, for the FLOPs estimate (default: counted from the loaded model; replay: none).
+    task_dir
+        DCLM-format references: the task files (default: the folder the reference was built from).
+    include_path, num_fewshot
+        lm-eval references: custom task YAMLs (default: the reference's), and the few-shot count (must be
+        the reference's).
+    dtype, device, batch_size
+        Live models: dtype (default and only value accepted: the reference's), device (``auto``; not for
+        in-memory models), continuations per forward pass (default 32).
+    output
+        Folder for the results store (``store/``) and the record (``place.json``). ``None``: a temporary
+        store for this call and no record. In-memory models without an identity always use a temporary store.
+    progress
+        Called with a :class:`~flasheval.api.progress.Progress` when the model is ready and after every stage.
+
+    Returns
+    -------
+    PlaceRun
+    """
+    report = Reporter(progress)
+    check_n_parameters(n_parameters)
+    budget = resolve_budget(budget)
+    resolved = resolve_model(model, tokenizer=tokenizer, identity=identity)
+    live_options = {"task_dir": task_dir, "include_path": include_path, "num_fewshot": num_fewshot, "dtype": dtype,
+                    "device": device, "batch_size": batch_size}
+    if isinstance(resolved, ReplayModel):
+        for name, value in live_options.items():
+            if value is not None:
+                raise InputError("applies to live models only (replay: serves recorded scores)",
+                                 field="--" + name.replace("_", "-"))
+        return _place_replay(resolved, reference, plan=plan, budget=budget, seed=seed, aggregate=aggregate,
+                             missing=missing, n_parameters=n_parameters, output=output, report=report)
+    options = LiveOptions(seed=seed, dtype=dtype, task_dir=None if task_dir is None else str(task_dir),
+                          include_path=None if include_path is None else str(Path(include_path).resolve()),
+                          num_fewshot=num_fewshot, device=device, batch_size=32 if batch_size is None else batch_size)
+    options.check_model(resolved)
+    plan_ = resolve_plan(plan)
+    setup = prepare_scoring(resolve_reference(reference, missing=missing), options)
+    state = launch_state()
+    report.is_main = state is None or state.is_main_process
+    pool = setup.reference
+    if resolved.model_id in pool.model_ids:
+        report("start", f"{resolved.model_id} is in reference {pool.name}: held out of the pool")
+        pool = pool.without(resolved.model_id)
+    start = time.perf_counter()
+    with ExitStack() as stack:
+        transient = output is None or (isinstance(resolved, LoadedModel) and resolved.identity is None)
+        store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-store-"))) if transient \
+            else Path(output) / "store"
+        opened = setup.open(resolved, store_dir, options=options, state=state, n_params=n_parameters)
+        stack.callback(opened.close)
+        if isinstance(resolved, LoadedModel):
+            stack.enter_context(scoring_mode(resolved.model))
+        how = " ".join(filter(None, ("live", setup.describe())))
+        report("start", f"placing {resolved.model_id} ({how}, {setup.dtype}, loaded in {opened.load_seconds:.0f} s) "
+                        f"on {pool.name} with plan {plan_.name}:")
+        result = run_placement(pool, opened.scorer, plan_, model_id=resolved.model_id, seed=setup.seed, budget=budget,
+                               aggregate=aggregate, on_stage=_stage_reporter(report))
+        live = {"engine": setup.engine, "spec": resolved.text, "fingerprint": opened.fingerprint, "dtype": setup.dtype,
+                **setup.record_settings(), "load_seconds": opened.load_seconds,
+                "seconds": time.perf_counter() - start, "requests_computed": opened.requests_computed,
+                "asked": opened.scorer.asked_json(), "examples": opened.scorer.examples_json()}
+    run = PlaceRun(placement=result, live=live)
+    if output is not None and report.is_main:
+        path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json())
+        run = PlaceRun(placement=result, live=live, record_path=path)
+    return run
+
+
+def _place_replay(model: ReplayModel, reference: Any, *, plan: Any, budget: Budget, seed: int | None,
+                  aggregate: str | None, missing: str, n_parameters: int | None, output: str | Path | None,
+                  report: Reporter) -> PlaceRun:
+    check_seed(seed)
+    ref = resolve_reference(reference, missing=missing)
+    plan_ = resolve_plan(plan)
+    scorer = ReplayScorer(ref, model.model_id, n_parameters=n_parameters)
+    report("start", f"placing {model.model_id} (replay, held out) on {ref.name} with plan {plan_.name}:")
+    result = run_placement(ref.without(model.model_id), scorer, plan_, model_id=model.model_id, seed=seed or 0,
+                           budget=budget, aggregate=aggregate, on_stage=_stage_reporter(report))
+    # A replayed model is held out of a pool whose full data we have: the answer placement estimated.
+    run = PlaceRun(placement=result, full_data_rank=full_data_ranks(ref, aggregate)[model.model_id])
+    if output is not None:
+        path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json())
+        run = PlaceRun(placement=result, full_data_rank=run.full_data_rank, record_path=path)
+    return run

@@ -1,0 +1,253 @@
+"""``flasheval.sweep``: place many checkpoints under one budget (racing, resumable).
+
+The one path behind ``flasheval sweep``, for replayed reference models (a backtest) and for live
+checkpoints on every kind of built reference: live checkpoints are opened by the reference's
+:class:`~flasheval.placement.live_scoring.ScoringSetup` through a
+:class:`~flasheval.placement.sweep_models.CheckpointPool` (at most ``max_loaded`` in memory), and
+every score goes through the run folder's results store, so rerunning after a crash resumes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from flasheval.api.models import ReplayModel, resolve_models
+from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.api.resolve import check_n_parameters, resolve_plan, resolve_reference
+from flasheval.engine.distributed import launch_state, shutdown
+from flasheval.engine.in_memory import LoadedModel, scoring_mode
+from flasheval.errors import InputError
+from flasheval.placement.live_scoring import LiveOptions, check_count, check_seed, prepare_scoring
+from flasheval.placement.replay import ReplayScorer
+from flasheval.placement.results import Budget
+from flasheval.placement.sweep import SweepResult
+from flasheval.placement.sweep import sweep as run_sweep
+from flasheval.placement.sweep_models import CheckpointPool
+from flasheval.placement.sweep_run import (
+    RECORD_FILE,
+    STORE_FILE,
+    STORE_FORMAT,
+    build_payload,
+    check_token_budget,
+    hold_out,
+    open_run_folder,
+    restrict,
+    separate_placements,
+    truth_ranks,
+)
+from flasheval.placement.sweep_store import StoredScorer
+from flasheval.records import write_record
+
+__all__ = ["SweepRun", "sweep"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class SweepRun:
+    """What :func:`sweep` returns."""
+
+    result: SweepResult
+    """Every checkpoint's placement, their order, the total spent (replay: with each one's full-data rank)."""
+    separate_examples: int | None = None
+    """Replay sweeps: examples that placing the checkpoints one by one with ``place`` would spend."""
+    record: Mapping[str, Any]
+    """The record's payload (``sweep.json``)."""
+    record_path: Path | None = None
+    """Where the record was written (``None`` without ``output``)."""
+    n_stored: int = 0
+    """Scores already in the run folder's store when the sweep started (a resume)."""
+
+
+def _budget(budget: Any, n_parameters: float | None) -> Budget:
+    if not isinstance(budget, Budget) or not budget.capped:
+        raise InputError("a sweep needs a budget: Budget(max_examples=...), max_tokens or max_flops",
+                         field="--budget-examples", allowed=["--budget-examples", "--budget-tokens", "--budget-flops"])
+    if budget.max_flops is not None and n_parameters is None:
+        raise InputError("a FLOPs budget needs --n-parameters", field="--budget-flops")
+    return budget
+
+
+def sweep(
+    models: Sequence[Any],
+    reference: Any = "helm_lite",
+    *,
+    budget: Budget,
+    plan: Any = "default",
+    seed: int | None = None,
+    aggregate: str | None = None,
+    missing: str = "complete-models",
+    datasets: Sequence[str] | None = None,
+    low_rank: int | None = None,
+    n_parameters: int | None = None,
+    task_dir: str | Path | None = None,
+    include_path: str | Path | None = None,
+    num_fewshot: int | None = None,
+    dtype: str | None = None,
+    device: str | None = None,
+    batch_size: int | None = None,
+    max_loaded: int | None = None,
+    output: str | Path | None = None,
+    progress: ProgressCallback | None = None,
+) -> SweepRun:
+    """Place every checkpoint of ``models`` on ``reference`` within one total ``budget``.
+
+    Parameters
+    ----------
+    models
+        ``"replay:MODEL_ID"`` specs (reference models, each held out of the pool: a backtest), or live
+        models: ``"[NAME=]hf:..."`` / ``"[NAME=]gguf:..."`` specs, :class:`~flasheval.engine.specs.NamedModel` or
+        :class:`~flasheval.engine.in_memory.LoadedModel` objects (not both kinds in one sweep).
+    reference
+        Name, folder or :class:`~flasheval.reference.ReferenceLeaderboard` (live: a built reference).
+    budget
+        Caps on the TOTAL over all checkpoints (at least one cap).
+    plan, seed, aggregate, missing
+        As for :func:`flasheval.place`.
+    datasets
+        Datasets the sweep needs (default: all).
+    low_rank
+        Racing: stop checkpoints whose interval lies at or below this rank (default: the first rank of the
+        plan's last tier).
+    n_parameters
+        Parameters per checkpoint, for FLOPs (needed by a FLOPs budget).
+    task_dir, include_path, num_fewshot, dtype, device, batch_size
+        Live checkpoints, as for :func:`flasheval.place`.
+    max_loaded
+        Live: most checkpoints held in memory at once (default 1); the least recently used is unloaded and
+        none of its finished examples is ever recomputed.
+    output
+        Run folder (settings, results store, record); rerunning with the same arguments resumes. ``None``: a
+        temporary folder for this call and no record.
+    progress
+        Called with a :class:`~flasheval.api.progress.Progress` when the sweep starts and after every round.
+    """
+    check_n_parameters(n_parameters)
+    check_seed(seed)
+    if max_loaded is not None:
+        check_count(max_loaded, field="--max-loaded")
+    budget = _budget(budget, n_parameters)
+    resolved = resolve_models(models)
+    plan_ = resolve_plan(plan)
+    n_params = None if n_parameters is None else int(n_parameters)
+    datasets = None if datasets is None else list(datasets)
+    report = Reporter(progress)
+    with ExitStack() as stack:
+        folder = Path(output) if output is not None else Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-sweep-")))
+        if isinstance(resolved[0], ReplayModel):
+            live = {"task_dir": task_dir, "include_path": include_path, "num_fewshot": num_fewshot, "dtype": dtype,
+                    "device": device, "batch_size": batch_size, "max_loaded": max_loaded}
+            for name, value in live.items():
+                if value is not None:
+                    raise InputError("applies to live specs only", field="--" + name.replace("_", "-"))
+            run = _replay(resolved, reference, budget=budget, plan=plan_, seed=seed or 0, aggregate=aggregate,
+                          missing=missing, datasets=datasets, low_rank=low_rank, n_params=n_params,
+                          n_parameters=n_parameters, folder=folder, report=report)
+        else:
+            options = LiveOptions(seed=seed, dtype=dtype, task_dir=None if task_dir is None else str(task_dir),
+                                  include_path=None if include_path is None else str(Path(include_path).resolve()),
+                                  num_fewshot=num_fewshot, device=device,
+                                  batch_size=32 if batch_size is None else batch_size)
+            for model in resolved:
+                options.check_model(model)  # type: ignore[arg-type]
+            run = _live(resolved, reference, budget=budget, plan=plan_, options=options, aggregate=aggregate,
+                        missing=missing, datasets=datasets, low_rank=low_rank, n_params=n_params,
+                        n_parameters=n_parameters, max_loaded=1 if max_loaded is None else max_loaded, folder=folder,
+                        report=report)
+        if output is None:
+            return replace(run, record_path=None)
+        return run
+
+
+def _resolving(report: Reporter, message: str, store: Any, folder: Path) -> None:
+    report("start", message + f"; results store {folder / STORE_FILE}" + (
+        f" ({len(store)} scores already stored: resuming)" if len(store) else ""))
+
+
+def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, seed: int, aggregate: str | None,
+            missing: str, datasets: list[str] | None, low_rank: int | None, n_params: int | None,
+            n_parameters: float | None, folder: Path, report: Reporter) -> SweepRun:
+    full = restrict(resolve_reference(reference, missing=missing), datasets)
+    model_ids = [m.model_id for m in models]
+    for model_id in model_ids:
+        full.index(model_id)  # unknown model: one line listing the known ones
+    pool = full
+    for model_id in model_ids:
+        pool = pool.without(model_id)
+    if pool.n_models < 2:
+        raise InputError(f"holding out {len(model_ids)} checkpoints leaves fewer than 2 reference models",
+                         field="--models")
+    check_token_budget(full, budget)
+    config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names),
+              "models": model_ids, "plan": plan.name, "seed": seed, "aggregate": aggregate, "missing": missing,
+              "low_rank": low_rank, "budget": [budget.max_examples, budget.max_tokens, budget.max_flops],
+              "n_parameters": n_parameters}
+    store = open_run_folder(folder, config)
+    n_stored = len(store)
+    scorers = {m: StoredScorer(ReplayScorer(full, m, n_parameters=n_params), store, m) for m in model_ids}
+    _resolving(report, f"sweeping {len(model_ids)} checkpoints on {full.name} ({pool.n_models} reference models, "
+                       f"plan {plan.name}, budget {budget.max_examples or budget.max_tokens or budget.max_flops})", store, folder)
+    result = run_sweep(pool, scorers, plan, budget=budget, seed=seed, aggregate=aggregate, low_rank=low_rank,
+                       n_parameters=n_params, on_round=_round_reporter(report))
+    result = replace(result, truth=truth_ranks(full, pool, model_ids, aggregate))
+    separate = separate_placements(full, pool, model_ids, plan, seed=seed, aggregate=aggregate)
+    payload = build_payload(result, full, pool, aggregate, separate)
+    path = write_record(folder / RECORD_FILE, kind="sweep", payload=payload)
+    return SweepRun(result=result, separate_examples=separate, record=payload, record_path=path, n_stored=n_stored)
+
+
+def _round_reporter(report: Reporter) -> Any:
+    def on_round(round_: int, n_active: int, n_examples: int) -> None:
+        report("round", f"round {round_}: {n_active} checkpoints still racing, {n_examples} examples scored",
+               done=round_)
+
+    return on_round
+
+
+def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, options: LiveOptions,
+          aggregate: str | None, missing: str, datasets: list[str] | None, low_rank: int | None, n_params: int | None,
+          n_parameters: float | None, max_loaded: int, folder: Path, report: Reporter) -> SweepRun:
+    setup = prepare_scoring(resolve_reference(reference, missing=missing), options)
+    full = restrict(setup.reference, datasets)
+    pool, held = hold_out(full, [m.model_id for m in models])
+    check_token_budget(full, budget)
+    config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names),
+              "models": [f"{m.model_id}={m.text}" for m in models], "plan": plan.name, "seed": setup.seed,
+              "dtype": setup.dtype, "aggregate": aggregate, "missing": missing, "low_rank": low_rank,
+              "budget": [budget.max_examples, budget.max_tokens, budget.max_flops], "n_parameters": n_parameters}
+    if setup.engine != "flasheval":  # run folders of DCLM-format sweeps predate the key: they still resume
+        config["engine"] = setup.engine
+    state = launch_state()
+    store = open_run_folder(folder, config, state)
+    n_stored = len(store)
+    report.is_main = state is None or state.is_main_process
+    how = ", ".join(filter(None, (setup.describe(), setup.dtype)))
+    _resolving(report, f"sweeping {len(models)} live checkpoints ({how}, at most {max_loaded} in memory"
+                       f"{', held out of the pool: ' + ', '.join(held) if held else ''}) on {full.name} ({pool.n_models} "
+                       f"reference models, plan {plan.name}, budget "
+                       f"{budget.max_examples or budget.max_tokens or budget.max_flops})", store, folder)
+
+    def opener(model: Any, store_dir: Path) -> Any:
+        return setup.open(model, store_dir, options=options, state=state, n_params=n_params)
+
+    with ExitStack() as stack:
+        for model in models:
+            if isinstance(model, LoadedModel):
+                stack.enter_context(scoring_mode(model.model))
+        checkpoints = stack.enter_context(CheckpointPool(models, folder, opener, max_loaded=max_loaded))
+        scorers = {m: StoredScorer(s, store, m) for m, s in checkpoints.scorers.items()}
+        result = run_sweep(pool, scorers, plan, budget=budget, seed=setup.seed, aggregate=aggregate,
+                           low_rank=low_rank, n_parameters=n_params, on_round=_round_reporter(report))
+    payload = build_payload(result, full, pool, aggregate)
+    payload["live"] = {"engine": setup.engine, "dtype": setup.dtype, **setup.record_settings(),
+                       "max_loaded": max_loaded, "world_size": 1 if state is None else state.num_processes,
+                       "checkpoints": {m.model_id: checkpoints.checkpoint_json(m.model_id) for m in models}}
+    path = None
+    if report.is_main:
+        path = write_record(folder / RECORD_FILE, kind="sweep", payload=payload)
+    shutdown(state)  # not after a failure: the others may be stuck in another collective; the launcher ends them
+    return SweepRun(result=result, record=payload, record_path=path, n_stored=n_stored)

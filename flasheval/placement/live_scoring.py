@@ -1,0 +1,268 @@
+"""What a reference's models were scored with, as one protocol: score a new model the same way.
+
+A reference that live models can be placed on records, in its manifest's ``build`` dict, how
+its models were scored; ``build["kind"]`` picks the engine, and place, sweep and any other
+caller take the same path for both:
+
+* ``live`` (``flasheval reference build``): DCLM / llm-foundry task files scored by flasheval's
+  prompts and rules -> :class:`TaskFileScoring` (checked by :func:`flasheval.reference.live.prepare_live`);
+* ``lm-eval`` (``reference build --engine lm-eval`` or imported lm-eval logs): lm-eval tasks scored
+  through lm-eval's task code -> :class:`LmEvalScoring` (checked by
+  :func:`flasheval.reference.lmeval_live.prepare_lmeval_live`).
+
+:func:`prepare_scoring` runs every check that needs no weights (options that apply to the
+engine, seed, dtype, task files or configs) and returns a :class:`ScoringSetup`; its
+``open(model, store_dir, ...)`` loads the model behind its results store and returns an
+:class:`OpenedScorer`, the controller's scorer plus what a run record says of it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from flasheval.engine.in_memory import LoadedModel
+from flasheval.engine.loading import n_parameters, open_cached_backend
+from flasheval.engine.specs import NamedModel
+from flasheval.errors import InputError
+from flasheval.placement.scorers import LiveScorer
+from flasheval.reference.leaderboard import ReferenceLeaderboard
+from flasheval.reference.live import LiveSetup, prepare_live
+from flasheval.reference.lmeval_live import LmEvalLiveSetup, is_lmeval_reference, prepare_lmeval_live
+
+__all__ = ["DTYPES", "LiveOptions", "OpenedScorer", "ScoringSetup", "TaskFileScoring", "LmEvalScoring",
+           "prepare_scoring", "check_count", "check_seed"]
+
+DTYPES = ("float32", "bfloat16", "float16")
+"""Dtypes a reference can pin (``auto`` would depend on the machine)."""
+
+LiveModel = NamedModel | LoadedModel
+"""A model to score now: a spec's weights, or a model the caller holds in memory."""
+
+
+def check_count(value: object, *, field: str = "--batch-size") -> int:
+    """``value`` as a count (an integer >= 1: a batch size, models in memory); refused in one line naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"must be an integer >= 1, got {value!r}", field=field)
+    return value
+
+
+def check_seed(value: object, *, field: str = "--seed") -> None:
+    """Refuse a seed that is not an integer >= 0 (``None`` passes)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise InputError(f"must be an integer >= 0, got {value!r}", field=field)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveOptions:
+    """How a live model is scored against a reference; each option is refused where it does not apply.
+
+    ``None`` means "the reference's" (seed, dtype, task directory, include path, few-shot count).
+    """
+
+    seed: int | None = None
+    dtype: str | None = None
+    task_dir: str | None = None
+    """DCLM-format references only: where the task files are (default: the folder recorded at build)."""
+    include_path: str | None = None
+    """lm-eval references only: custom task YAMLs (default: the reference's)."""
+    num_fewshot: int | None = None
+    """lm-eval references only: must equal the reference's few-shot counts."""
+    device: str | None = None
+    """``auto`` (default), ``cpu``, ``cuda``, ``cuda:N``; not for in-memory models (they stay where they are)."""
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        check_count(self.batch_size, field="--batch-size")
+        check_seed(self.seed)
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise InputError(f"unknown dtype {self.dtype!r}", field="--dtype", allowed=DTYPES)
+        if self.num_fewshot is not None and (not isinstance(self.num_fewshot, int) or self.num_fewshot < 0):
+            raise InputError(f"must be an integer >= 0, got {self.num_fewshot!r}", field="--num-fewshot")
+        if self.device is not None and (not isinstance(self.device, str) or not self.device.strip()):
+            raise InputError(f"must be a device name (auto, cpu, cuda, cuda:N), got {self.device!r}", field="--device")
+
+    def check_model(self, model: LiveModel) -> None:
+        """Refuse options that do not apply to ``model`` (before anything loads)."""
+        if isinstance(model, LoadedModel) and self.device is not None:
+            raise InputError("an in-memory model is scored on the device it is on; move it there instead",
+                             field="--device")
+
+
+class OpenedScorer:
+    """A live model loaded behind its results store, as the controller's scorer.
+
+    Attributes
+    ----------
+    scorer
+        The :class:`~flasheval.placement.scorers.ExampleScorer` (``asked_json()``, ``examples_json()``).
+    fingerprint
+        What keys the model's stored results.
+    load_seconds
+        Wall seconds the load took.
+    backend
+        The loaded model's backend (an :class:`~flasheval.engine.hf.HFBackend`).
+    """
+
+    __slots__ = ("scorer", "fingerprint", "load_seconds", "backend", "_cached", "_close")
+
+    def __init__(self, scorer: Any, *, fingerprint: str, load_seconds: float, backend: Any, cached: Any,
+                 close: Any) -> None:
+        self.scorer = scorer
+        self.fingerprint = fingerprint
+        self.load_seconds = load_seconds
+        self.backend = backend
+        self._cached = cached
+        self._close = close
+
+    @property
+    def n_parameters(self) -> int | None:
+        return self.scorer.n_parameters
+
+    @property
+    def requests_computed(self) -> int:
+        """Requests computed (not read from the store) since the model was opened."""
+        return int(self._cached.n_computed)
+
+    def close(self) -> None:
+        """Close the results store (release its writer lock)."""
+        self._close()
+
+
+class ScoringSetup(Protocol):
+    """A checked reference, ready to score live models the way its own models were scored."""
+
+    reference: ReferenceLeaderboard
+    engine: str
+    """``flasheval`` (DCLM-format task files) or ``lm-eval``."""
+    seed: int
+    """The placement seed (example order; on DCLM-format references also the few-shot sets)."""
+    dtype: str
+    """The dtype models are scored in (the reference's where it pins one)."""
+
+    def open(self, model: LiveModel, store_dir: Path, *, options: LiveOptions, state: Any = None,
+             n_params: int | None = None) -> OpenedScorer:
+        """Load ``model`` behind the results store in ``store_dir``."""
+        ...
+
+    def describe(self) -> str:
+        """How the engine scores, for a progress line (``""`` for task files, ``through lm-eval 0.4.13 tasks``)."""
+        ...
+
+    def record_settings(self) -> dict[str, Any]:
+        """What a run record says of the engine and its settings."""
+        ...
+
+    def with_reference(self, reference: ReferenceLeaderboard) -> ScoringSetup:
+        """The same setup on a subset of the reference (held-out models, fewer datasets)."""
+        ...
+
+
+def _check_dtype(model: LiveModel, dtype: str, where: str) -> None:
+    if isinstance(model, LoadedModel) and model.dtype != dtype:
+        raise InputError(f"the model is in {model.dtype}; reference {where!r} is scored in {dtype} (cast it, e.g. "
+                         f"model.to(torch.{dtype}), or score it against a reference built in {model.dtype})",
+                         field="--dtype")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskFileScoring:
+    """A reference built from DCLM-format task files (``build.kind == "live"``)."""
+
+    live: LiveSetup
+    reference: ReferenceLeaderboard
+    engine: str = "flasheval"
+
+    @property
+    def seed(self) -> int:
+        return self.live.seed
+
+    @property
+    def dtype(self) -> str:
+        return self.live.dtype
+
+    def open(self, model: LiveModel, store_dir: Path, *, options: LiveOptions, state: Any = None,
+             n_params: int | None = None) -> OpenedScorer:
+        _check_dtype(model, self.dtype, self.reference.name)
+        start = time.perf_counter()
+        cached, store, backend = open_cached_backend(model, store_dir, dtype=self.dtype, device=options.device or "auto",
+                                                     batch_size=options.batch_size, state=state)
+        scorer = LiveScorer(cached, self.live.tasks, seed=self.seed, prefix_space=self.live.settings.prefix_space,
+                            n_parameters=n_params if n_params is not None else n_parameters(backend))
+        return OpenedScorer(scorer, fingerprint=cached.fingerprint, load_seconds=time.perf_counter() - start,
+                            backend=backend, cached=cached, close=store.close)
+
+    def describe(self) -> str:
+        return ""
+
+    def record_settings(self) -> dict[str, Any]:
+        return {"task_dir": self.live.task_dir}
+
+    def with_reference(self, reference: ReferenceLeaderboard) -> TaskFileScoring:
+        return TaskFileScoring(live=self.live, reference=reference)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LmEvalScoring:
+    """A reference scored through lm-eval's task code (``build.kind == "lm-eval"``)."""
+
+    lmeval: LmEvalLiveSetup
+    reference: ReferenceLeaderboard
+    seed: int
+    dtype: str
+    engine: str = "lm-eval"
+
+    def open(self, model: LiveModel, store_dir: Path, *, options: LiveOptions, state: Any = None,
+             n_params: int | None = None) -> OpenedScorer:
+        from flasheval.lmeval import require_lm_eval
+
+        require_lm_eval()
+        from flasheval.lmeval.loading import open_lmeval_model
+        from flasheval.placement.lmeval_scorer import LmEvalScorer
+
+        _check_dtype(model, self.dtype, self.reference.name)
+        start = time.perf_counter()
+        opened = open_lmeval_model(model, store_dir, dtype=self.dtype, device=options.device or "auto",
+                                   batch_size=options.batch_size, state=state)
+        scorer = LmEvalScorer(opened.lm, self.lmeval.settings, include_path=self.lmeval.include_path,
+                              n_parameters=n_params if n_params is not None else opened.n_parameters)
+        return OpenedScorer(scorer, fingerprint=opened.cached.fingerprint, load_seconds=time.perf_counter() - start,
+                            backend=opened.backend, cached=opened.cached, close=opened.close)
+
+    def describe(self) -> str:
+        return f"through lm-eval {self.lmeval.settings.lm_eval_version} tasks"
+
+    def record_settings(self) -> dict[str, Any]:
+        return {"include_path": self.lmeval.include_path, "lm_eval_version": self.lmeval.settings.lm_eval_version}
+
+    def with_reference(self, reference: ReferenceLeaderboard) -> LmEvalScoring:
+        return LmEvalScoring(lmeval=self.lmeval, reference=reference, seed=self.seed, dtype=self.dtype)
+
+
+def _refuse(options: LiveOptions, names: tuple[str, ...], kind: str) -> None:
+    for name in names:
+        if getattr(options, name) is not None:
+            raise InputError(f"applies to {kind} references only", field="--" + name.replace("_", "-"))
+
+
+def prepare_scoring(reference: ReferenceLeaderboard, options: LiveOptions) -> ScoringSetup:
+    """Check that live models can be scored on ``reference`` as its models were; refuse in one line.
+
+    The reference's ``build.kind`` picks the engine; an option of the other engine is refused.
+    Nothing is loaded: every check here runs before any weights do.
+    """
+    if is_lmeval_reference(reference):
+        _refuse(options, ("task_dir",), "DCLM-format (flasheval reference build)")
+        lmeval = prepare_lmeval_live(reference, include_path=options.include_path, num_fewshot=options.num_fewshot)
+        pinned = lmeval.settings.dtype
+        if pinned is not None and options.dtype is not None and options.dtype != pinned:
+            raise InputError(f"reference {reference.name!r} was built in {pinned}; placing in {options.dtype} would "
+                             "not be comparable (omit --dtype)", field="--dtype")
+        dtype = pinned or options.dtype or "float32"
+        return LmEvalScoring(lmeval=lmeval, reference=reference, seed=options.seed or 0, dtype=dtype)
+    _refuse(options, ("include_path", "num_fewshot"), "lm-eval")
+    live = prepare_live(reference, seed=options.seed, dtype=options.dtype, task_dir=options.task_dir)
+    return TaskFileScoring(live=live, reference=live.reference)
+
