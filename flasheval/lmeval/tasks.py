@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flasheval.engine.distributed import from_main, launch_state
 from flasheval.errors import InputError
 from flasheval.lmeval._install import installed_lm_eval_version, require_lm_eval
 from flasheval.lmeval.settings import LmEvalSettings, config_digest, differing_keys, pick_metric
@@ -63,13 +63,7 @@ def run_tasks(lm: Any, task_names: Sequence[str], *, task_manager: Any = None, i
         limit=limit, samples=None if samples is None else {k: list(map(int, v)) for k, v in samples.items()},
         fewshot_random_seed=fewshot_seed, log_samples=log_samples, bootstrap_iters=0,
         evaluation_tracker=evaluation_tracker)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from accelerate.utils import broadcast_object_list
-
-        box = [results]
-        broadcast_object_list(box, from_process=0)
-        results = box[0]
-    return results
+    return from_main(launch_state(), results, what="broadcasting lm-eval's results")
 
 
 def example_scores(results: Mapping[str, Any], task_name: str, metric: str | None) -> dict[str, float]:

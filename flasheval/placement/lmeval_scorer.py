@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from flasheval.errors import InputError
+from flasheval.errors import BackendError, InputError
 from flasheval.lmeval.model import OnlyDocsLM
 from flasheval.lmeval.settings import LmEvalSettings, prompt_hashes
 from flasheval.lmeval.tasks import example_scores, make_task_manager, run_tasks
@@ -76,6 +76,10 @@ class LmEvalScorer:
         self.requests.append((task_name, tuple(example_ids)))
         wanted = sorted(int(i) for i in example_ids)
         lm, samples = self._lm, {task_name: wanted}
+        counts = getattr(self._lm, "doc_tokens", None)
+        if counts is None:
+            raise InputError(f"the lm-eval model {type(self._lm).__name__} reports no token counts", field="model")
+        counts.clear()  # this run's docs only (0-shot runs number their docs from 0 again)
         if task.num_fewshot > 0:
             lm, samples = OnlyDocsLM(self._lm, {task_name: set(wanted)}), None
         results = run_tasks(lm, [task_name], task_manager=self._manager, num_fewshot=task.num_fewshot, samples=samples,
@@ -86,18 +90,29 @@ class LmEvalScorer:
             raise InputError(f"lm-eval returned no score for docs {missing[:5]} of {task_name}", field="samples")
         built = prompt_hashes(results["samples"][task_name])  # type: ignore[index]
         self._check_prompts(task_name, set(example_ids), built)
-        tokens = [self._tokens(task_name, i) for i in example_ids]
+        per_doc = self._doc_tokens(task_name, wanted, counts)
+        tokens = [per_doc[str(i)] for i in example_ids]
         self.scored += [(task_name, i, by_id[i], n) for i, n in zip(example_ids, tokens)]
         logger.info("scored %d docs of %s through lm-eval", len(example_ids), task_name)
         return ScoredExamples(scores=np.array([by_id[i] for i in example_ids], dtype=np.float64),
                               n_tokens=np.array(tokens, dtype=np.int64))
 
-    def _tokens(self, task_name: str, doc_id: str) -> int:
-        """Tokens the model ran for one doc (requests served by the store count as run: the cost of a full run)."""
-        counts = getattr(self._lm, "doc_tokens", None)
-        if counts is None:
-            raise InputError(f"the lm-eval model {type(self._lm).__name__} reports no token counts", field="model")
-        return int(counts.get((task_name, str(doc_id)), 0))
+    @staticmethod
+    def _doc_tokens(task_name: str, wanted: list[int], counts: dict[tuple[str, str], int]) -> dict[str, int]:
+        """Tokens the model ran for each asked doc (requests served by the store count: the cost of a run).
+
+        A ``samples=`` run hands the model its docs numbered by position in the sorted id list
+        (lm-eval 0.4.13); a whole-task run (few-shot) by their own ids. Either numbering is read;
+        anything else, or a doc that ran nothing, is an error, never a zero.
+        """
+        seen = {doc for task, doc in counts if task == task_name}
+        own = {str(i) for i in wanted}
+        if seen == own:
+            return {str(i): counts[(task_name, str(i))] for i in wanted}
+        if seen == {str(k) for k in range(len(wanted))}:
+            return {str(i): counts[(task_name, str(k))] for k, i in enumerate(wanted)}
+        raise BackendError(f"task {task_name}: lm-eval ran requests for docs {sorted(seen)[:5]}, not the {len(wanted)} "
+                           f"asked ({sorted(own)[:5]}...): cannot tell each doc's tokens")
 
     def _check_prompts(self, task_name: str, asked: set[str], hashes: dict[str, str]) -> None:
         pinned = self._settings.tasks[task_name].prompt_hashes

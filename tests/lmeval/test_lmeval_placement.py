@@ -93,6 +93,20 @@ def test_live_placement_scores_only_new_docs_through_lm_eval(world, lm_eval):
     assert {(e["task_name"], e["example_id"]): e["score"] for e in live["examples"]} == expected
 
 
+def test_lm_eval_placement_reports_tokens_so_a_token_budget_binds(world, capsys):
+    assert _place(world) == 0  # from the store when the placement test ran before
+    placed = read_record(world["root"] / "place" / "place.json").payload
+    tokens = [e["n_tokens"] for e in placed["live"]["examples"]]
+    assert all(n > 0 for n in tokens) and placed["compute"]["n_tokens"] == sum(tokens)
+    assert len(placed["stages"]) > 1
+    # A cap of 10 tokens lets the first stage run (nothing to project from yet) and stops the next one,
+    # projected from the first stage's tokens; it was ignored when the lm-eval scorer reported no tokens.
+    assert _place(world, "--max-tokens", "10", output="place-capped") == 0
+    capped = read_record(world["root"] / "place-capped" / "place.json").payload
+    assert capped["status"] == "unresolved at budget" and len(capped["stages"]) == 1
+    assert "tokens > budget 10" in capped["reason"]
+
+
 def test_placing_again_computes_nothing(world, capsys):
     assert _place(world) == 0
     assert read_record(world["root"] / "place" / "place.json").payload["live"]["requests_computed"] == 0
@@ -135,7 +149,7 @@ def test_another_lm_eval_version_is_refused(world, capsys, tmp_path):
     assert "scored with lm-eval 0.4.12; installed is 0.4.13" in _error_line(capsys)
 
 
-def test_reference_build_engine_lm_eval(world):
+def test_reference_build_engine_lm_eval(world, capsys):
     out = world["root"] / "built"
     tiny = world["tiny"]
     assert main(["reference", "build", "--engine", "lm-eval", "--models", f"m0=hf:{tiny['m0']}", f"m1=hf:{tiny['m1']}",
@@ -144,6 +158,12 @@ def test_reference_build_engine_lm_eval(world):
                  "--device", "cpu"]) == 0
     built = load_reference(out / "built")
     assert built.manifest.build["kind"] == "lm-eval" and all(len(ids) == 6 for ids in built.example_ids)
+    assert built.manifest.build["dtype"] == "float32"  # pinned: a placement in another dtype is refused
+    capsys.readouterr()
+    assert main(["place", "--model", f"third=hf:{tiny['m1']}", "--reference", str(out / "built"), "--dtype",
+                 "bfloat16", "--device", "cpu", "--output", str(world["root"] / "bf16")]) == 1
+    assert "was built in float32; placing in bfloat16 would not be comparable" in capsys.readouterr().err
+    assert not (world["root"] / "bf16").exists()  # refused before the model loaded
     # m0 through the bridge equals m0 through lm-eval's HF backend (the imported reference), doc for doc.
     imported = load_reference(world["ref"])
     m0 = next(m for m in imported.model_ids if m.endswith("m0"))
@@ -154,10 +174,13 @@ def test_reference_build_engine_lm_eval(world):
 
 def test_sweep_on_an_lm_eval_reference(world):
     out = world["root"] / "sweep"
-    assert main(["sweep", "--models", f"third=hf:{world['tiny']['m1']}", "--reference", str(world["ref"]),
-                 "--tiers", str(world["plan"]), "--output", str(out), "--device", "cpu", "--budget-examples", "16"]) == 0
+    assert main(["sweep", "--models", f"third=hf:{world['tiny']['m1']}", f"fourth=hf:{world['tiny']['m0']}",
+                 "--reference", str(world["ref"]), "--tiers", str(world["plan"]), "--output", str(out), "--device",
+                 "cpu", "--budget-examples", "32", "--max-loaded", "1"]) == 0
     record = read_record(out / "sweep.json").payload
-    asked = record["live"]["checkpoints"]["third"]["asked"]
-    assert record["live"]["engine"] == "lm-eval" and asked
-    ids = [(a["task_name"], i) for a in asked for i in a["example_ids"]]
-    assert len(ids) == len(set(ids))  # never the same doc twice
+    assert record["live"]["engine"] == "lm-eval" and record["live"]["max_loaded"] == 1
+    for name in ("third", "fourth"):
+        checkpoint = record["live"]["checkpoints"][name]
+        assert checkpoint["asked"] and checkpoint["loads"] >= 1  # loaded on demand by the pool (--max-loaded holds)
+        ids = [(a["task_name"], i) for a in checkpoint["asked"] for i in a["example_ids"]]
+        assert len(ids) == len(set(ids))  # never the same doc twice
