@@ -18,13 +18,19 @@ from typing import Any
 
 from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.progress import ProgressCallback, Reporter
-from flasheval.api.resolve import check_n_parameters, resolve_budget, resolve_plan, resolve_reference
+from flasheval.api.resolve import (
+    check_n_parameters,
+    live_options,
+    refuse_live_options,
+    resolve_budget,
+    resolve_plan,
+    resolve_reference,
+)
 from flasheval.engine.distributed import launch_state
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
-from flasheval.errors import InputError
 from flasheval.placement.backtest import full_data_ranks
 from flasheval.placement.controller import place as run_placement
-from flasheval.placement.live_scoring import LiveOptions, check_seed, prepare_scoring
+from flasheval.placement.live_scoring import check_seed, prepare_scoring
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget, PlacementResult, StageRecord
 from flasheval.placement.tiers import TierPlan
@@ -146,18 +152,14 @@ def place(
     check_n_parameters(n_parameters)
     budget = resolve_budget(budget)
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity)
-    live_options = {"task_dir": task_dir, "include_path": include_path, "num_fewshot": num_fewshot, "dtype": dtype,
-                    "device": device, "batch_size": batch_size}
     if isinstance(resolved, ReplayModel):
-        for name, value in live_options.items():
-            if value is not None:
-                raise InputError("applies to live models only (replay: serves recorded scores)",
-                                 field="--" + name.replace("_", "-"))
+        refuse_live_options("models only (replay: serves recorded scores)", task_dir=task_dir,
+                            include_path=include_path, num_fewshot=num_fewshot, dtype=dtype, device=device,
+                            batch_size=batch_size)
         return _place_replay(resolved, reference, plan=plan, budget=budget, seed=seed, aggregate=aggregate,
                              missing=missing, n_parameters=n_parameters, output=output, report=report)
-    options = LiveOptions(seed=seed, dtype=dtype, task_dir=None if task_dir is None else str(task_dir),
-                          include_path=None if include_path is None else str(Path(include_path).resolve()),
-                          num_fewshot=num_fewshot, device=device, batch_size=32 if batch_size is None else batch_size)
+    options = live_options(seed=seed, dtype=dtype, task_dir=task_dir, include_path=include_path,
+                           num_fewshot=num_fewshot, device=device, batch_size=batch_size)
     options.check_model(resolved)
     plan_ = resolve_plan(plan)
     setup = prepare_scoring(resolve_reference(reference, missing=missing), options)

@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.errors import InputError
+from flasheval.placement.live_scoring import LiveOptions
 from flasheval.placement.results import Budget
 from flasheval.placement.tiers import TierPlan, load_tier_plan
 from flasheval.reference import ReferenceLeaderboard, load_reference
 
-__all__ = ["resolve_reference", "resolve_plan", "resolve_budget", "check_n_parameters"]
+__all__ = ["resolve_reference", "resolve_plan", "resolve_budget", "check_n_parameters", "live_options",
+           "refuse_live_options"]
 
 
 def resolve_reference(reference: Any, *, missing: str = "complete-models") -> ReferenceLeaderboard:
@@ -56,3 +58,18 @@ def check_n_parameters(value: Any) -> None:
                               or not (math.isfinite(value) and value > 0)):
         raise InputError(f"must be a positive number, got {value!r}", field="--n-parameters")
 
+
+
+def live_options(*, seed: Any, dtype: Any, task_dir: Any, include_path: Any, num_fewshot: Any, device: Any,
+                 batch_size: Any) -> LiveOptions:
+    """The options of scoring live models (validated by :class:`~flasheval.placement.live_scoring.LiveOptions`)."""
+    return LiveOptions(seed=seed, dtype=dtype, task_dir=None if task_dir is None else str(task_dir),
+                       include_path=None if include_path is None else str(Path(include_path).resolve()),
+                       num_fewshot=num_fewshot, device=device, batch_size=32 if batch_size is None else batch_size)
+
+
+def refuse_live_options(why: str, **options: Any) -> None:
+    """Refuse, in one line naming it, the first live-only option given (not ``None``) to a replayed model."""
+    for name, value in options.items():
+        if value is not None:
+            raise InputError(f"applies to live {why}", field="--" + name.replace("_", "-"))

@@ -18,7 +18,7 @@ from typing import Any
 
 from flasheval.api.models import ReplayModel, resolve_models
 from flasheval.api.progress import ProgressCallback, Reporter
-from flasheval.api.resolve import check_n_parameters, resolve_plan, resolve_reference
+from flasheval.api.resolve import check_n_parameters, live_options, refuse_live_options, resolve_plan, resolve_reference
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.errors import InputError
@@ -139,19 +139,14 @@ def sweep(
         folder = Path(output) if output is not None else Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-sweep-")))
         if isinstance(resolved[0], ReplayModel):
-            live = {"task_dir": task_dir, "include_path": include_path, "num_fewshot": num_fewshot, "dtype": dtype,
-                    "device": device, "batch_size": batch_size, "max_loaded": max_loaded}
-            for name, value in live.items():
-                if value is not None:
-                    raise InputError("applies to live specs only", field="--" + name.replace("_", "-"))
+            refuse_live_options("specs only", task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot,
+                                dtype=dtype, device=device, batch_size=batch_size, max_loaded=max_loaded)
             run = _replay(resolved, reference, budget=budget, plan=plan_, seed=seed or 0, aggregate=aggregate,
                           missing=missing, datasets=datasets, low_rank=low_rank, n_params=n_params,
                           n_parameters=n_parameters, folder=folder, report=report)
         else:
-            options = LiveOptions(seed=seed, dtype=dtype, task_dir=None if task_dir is None else str(task_dir),
-                                  include_path=None if include_path is None else str(Path(include_path).resolve()),
-                                  num_fewshot=num_fewshot, device=device,
-                                  batch_size=32 if batch_size is None else batch_size)
+            options = live_options(seed=seed, dtype=dtype, task_dir=task_dir, include_path=include_path,
+                                   num_fewshot=num_fewshot, device=device, batch_size=batch_size)
             for model in resolved:
                 options.check_model(model)  # type: ignore[arg-type]
             run = _live(resolved, reference, budget=budget, plan=plan_, options=options, aggregate=aggregate,
