@@ -80,7 +80,7 @@ def test_api_and_cli_refuse_the_same_values_with_the_same_line(model_folder, tmp
 
 def test_budget_refuses_what_is_not_a_positive_number():
     for bad in (math.nan, math.inf, 0, -1, "10", True):
-        with pytest.raises(flasheval.InputError, match="max_examples"):
+        with pytest.raises(flasheval.InputError, match="field '--max-examples'"):
             flasheval.Budget(max_examples=bad)
     assert flasheval.Budget(max_examples=10, max_flops=1e12).capped
 

@@ -35,7 +35,7 @@ def test_api_md_examples_run(tmp_path, monkeypatch, capsys):
     for block in blocks:
         exec(compile(block, "docs/api.md", "exec"), namespace)  # noqa: S102 - the documentation's own code
     printed = capsys.readouterr().out
-    assert "field 'max_examples': must be a positive number, got nan" in printed
+    assert "field '--max-examples': must be a positive number, got nan" in printed
     assert not list(tmp_path.iterdir())  # no output= given: nothing was written
 
 

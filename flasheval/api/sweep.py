@@ -64,7 +64,7 @@ class SweepRun:
 
 def _budget(budget: Any, n_parameters: float | None) -> Budget:
     if not isinstance(budget, Budget) or not budget.capped:
-        raise InputError("a sweep needs a budget: Budget(max_examples=...), max_tokens or max_flops",
+        raise InputError("a sweep needs a budget",
                          field="--budget-examples", allowed=["--budget-examples", "--budget-tokens", "--budget-flops"])
     if budget.max_flops is not None and n_parameters is None:
         raise InputError("a FLOPs budget needs --n-parameters", field="--budget-flops")

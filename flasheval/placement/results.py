@@ -35,7 +35,7 @@ class Budget:
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-                raise InputError(f"must be a positive number, got {value!r}", field=name)
+                raise InputError(f"must be a positive number, got {value!r}", field="--" + name.replace("_", "-"))
 
     @property
     def capped(self) -> bool:

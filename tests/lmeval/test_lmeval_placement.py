@@ -91,14 +91,14 @@ def test_live_placement_scores_only_new_docs_through_lm_eval(world, lm_eval):
                       include_path=str(world["tasks"]))
     expected = {(t, i): s for t in TASKS for i, s in example_scores(truth, t, "acc").items()}
     assert {(e["task_name"], e["example_id"]): e["score"] for e in live["examples"]} == expected
+    # Each doc's tokens are reported (a token budget can bind: the next test), and add up to the compute.
+    placed = read_record(world["root"] / "place" / "place.json").payload
+    tokens = [e["n_tokens"] for e in live["examples"]]
+    assert all(n > 0 for n in tokens) and placed["compute"]["n_tokens"] == sum(tokens)
+    assert len(placed["stages"]) > 1
 
 
 def test_lm_eval_placement_reports_tokens_so_a_token_budget_binds(world, capsys):
-    assert _place(world) == 0  # from the store when the placement test ran before
-    placed = read_record(world["root"] / "place" / "place.json").payload
-    tokens = [e["n_tokens"] for e in placed["live"]["examples"]]
-    assert all(n > 0 for n in tokens) and placed["compute"]["n_tokens"] == sum(tokens)
-    assert len(placed["stages"]) > 1
     # A cap of 10 tokens lets the first stage run (nothing to project from yet) and stops the next one,
     # projected from the first stage's tokens; it was ignored when the lm-eval scorer reported no tokens.
     assert _place(world, "--max-tokens", "10", output="place-capped") == 0
