@@ -6,18 +6,18 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from flasheval.reference import load_reference
+from flasheval.reference import ReferenceLeaderboard
 
 __all__ = ["print_built"]
 
 
-def print_built(out: Path, *, start: float, seconds: Mapping[str, float], computed: Mapping[str, int],
-                datasets: str, value_label: str | None, footer: str) -> None:
-    """Read back the reference written to ``out`` and print its size, ranking and per-model cost.
+def print_built(out: Path, ref: ReferenceLeaderboard, *, start: float, seconds: Mapping[str, float],
+                computed: Mapping[str, int], datasets: str, value_label: str | None, footer: str) -> None:
+    """Print the size, ranking and per-model cost of the reference ``ref`` written to ``out`` (read back once,
+    by :func:`flasheval.build_reference`).
 
     ``value_label`` names the ranked value (``None``: the reference's aggregate).
     """
-    ref = load_reference(out)
     label = ref.manifest.aggregate if value_label is None else value_label
     print(f"wrote {out}: {ref.n_models} models x {len(ref.dataset_names)} {datasets}, "
           f"{sum(len(e) for e in ref.example_ids)} examples per model, in {time.perf_counter() - start:.0f} s")

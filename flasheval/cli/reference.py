@@ -106,11 +106,12 @@ def _build(args: argparse.Namespace) -> int:
     if built.reference is None:  # the other processes of a launch: the main process wrote and prints
         return 0
     if args.engine == "lm-eval":
-        print_built(built.path, start=start, seconds=built.seconds, computed=built.computed, datasets="lm-eval tasks",
-                    value_label="mean", footer=f"results store: {built.store_dir}")
+        print_built(built.path, built.reference, start=start, seconds=built.seconds, computed=built.computed,
+                    datasets="lm-eval tasks", value_label="mean", footer=f"results store: {built.store_dir}")
     else:
-        print_built(built.path, start=start, seconds=built.seconds, computed=built.computed, datasets="tasks",
-                    value_label=None, footer=f"build log: {built.log_path}; results store: {built.store_dir}")
+        print_built(built.path, built.reference, start=start, seconds=built.seconds, computed=built.computed,
+                    datasets="tasks", value_label=None,
+                    footer=f"build log: {built.log_path}; results store: {built.store_dir}")
     return 0
 
 
