@@ -10,6 +10,7 @@ and refuses, in one line, a record from an incompatible version.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -23,7 +24,10 @@ from typing import Any
 from flasheval.version import __version__
 from flasheval.errors import InputError
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "atomic_write_text", "slug"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "atomic_write_text", "slug",
+           "prepare_output"]
+
+logger = logging.getLogger(__name__)
 
 SCHEMA = "flasheval.run"
 SCHEMA_VERSION = 1
@@ -56,12 +60,24 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
+def _umask() -> int:
+    """The process's umask (read by setting and restoring it: there is no read-only call)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename).
+
+    The file gets the mode a plain ``open(path, "w")`` would give (``0o666`` less the umask), not
+    the ``0o600`` of the temporary file it is renamed from.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -87,6 +103,48 @@ def write_record(path: str | os.PathLike[str], *, kind: str, payload: dict[str, 
     return atomic_write_text(path, json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
+def prepare_output(folder: str | os.PathLike[str], *, record: str | None = None, field: str = "--output",
+                   note: bool = True) -> Path:
+    """Create ``folder`` and check that it can be written, before a run spends anything on results.
+
+    ``record``: the record file the run will write there; when one is already there the run
+    replaces it, which is said in one line (a WARNING of this module's logger, shown by the
+    command line and by Python's last-resort handler to an API caller who configured none),
+    never refused: a live run's folder also holds the results store it resumes from. ``note``:
+    whether to say it (``False`` on the other processes of a launch).
+
+    Raises
+    ------
+    InputError
+        The folder cannot be created or written (a read-only place, a path under a regular file).
+    """
+    out = Path(folder)
+    blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise InputError(f"{'is' if blocker == out else f'{blocker} is'} a file, not a folder; choose another "
+                         "folder", path=out, field=field)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".flasheval-write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"cannot write the output here ({exc.strerror or exc}); choose another folder",
+                         path=out, field=field) from None
+    if record is not None and note and (out / record).is_file():
+        logger.warning("note: replacing the earlier record %s (written %s)", out / record, _written(out / record))
+    return out
+
+
+def _written(path: Path) -> str:
+    """When the record at ``path`` was written: its ``created_utc``, else the file's time (UTC, to the minute)."""
+    try:
+        stamp = datetime.fromisoformat(str(json.loads(path.read_text(encoding="utf-8"))["created_utc"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        stamp = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+    return stamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def read_record(path: str | os.PathLike[str]) -> RunRecord:
     """Read and validate a run record; raises :class:`InputError` naming the file and field."""
     p = Path(path)
@@ -94,6 +152,8 @@ def read_record(path: str | os.PathLike[str]) -> RunRecord:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError("run record not found", path=p) from None
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror or exc})", path=p) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"not a JSON run record ({exc})", path=p) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:

@@ -16,10 +16,10 @@ from typing import Any
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.api.resolve import resolve_plan, resolve_reference
 from flasheval.errors import InputError
-from flasheval.placement.backtest import METHODS, BacktestResult, SeedSummary, summarize_seeds
+from flasheval.placement.backtest import METHODS, BacktestResult, BacktestRow, SeedSummary, summarize_seeds
 from flasheval.placement.backtest import backtest as run_backtest
 from flasheval.placement.live_scoring import check_seed
-from flasheval.records import write_record
+from flasheval.records import prepare_output, write_record
 
 __all__ = ["BacktestRun", "backtest"]
 
@@ -40,6 +40,22 @@ class BacktestRun:
     def to_json(self) -> dict[str, Any]:
         """The record's payload (one seed: its result; several: ``{"seeds": [...]}``)."""
         return self.results[0].to_json() if len(self.results) == 1 else {"seeds": [r.to_json() for r in self.results]}
+
+
+def _model_reporter(report: Reporter, seed: int, n_seeds: int) -> Any:
+    """The backtest's ``on_model``: a ``model`` event per held-out model (the adaptive method's placement)."""
+    last = time.perf_counter()
+
+    def on_model(row: BacktestRow, done: int, total: int) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        where = f"seed {seed}: " if n_seeds > 1 else ""
+        report("model", f"{where}model {done}/{total} {row.model_id} held out: placed {row.placed_rank} "
+                        f"[{row.interval[0]}, {row.interval[1]}], full-data {row.full_rank}, {row.n_examples} examples",
+               done=done, total=total, seconds=now - last, detail=row)
+        last = now
+
+    return on_model
 
 
 def backtest(
@@ -73,7 +89,9 @@ def backtest(
     output
         Record file to write (``None``: none).
     progress
-        Called with a :class:`~flasheval.api.progress.Progress` after every seed.
+        Called with a :class:`~flasheval.api.progress.Progress` as every held-out model's placements finish
+        (step ``model``, its adaptive :class:`~flasheval.placement.backtest.BacktestRow` as ``detail``) and
+        after every seed (step ``seed``, its :class:`~flasheval.placement.backtest.BacktestResult`).
     """
     if isinstance(seeds, (int, str)) or not isinstance(seeds, Sequence) or not seeds:
         raise InputError(f"give a non-empty list of seeds, got {seeds!r}", field="--seeds")
@@ -87,11 +105,18 @@ def backtest(
     ref = resolve_reference(reference, missing=missing)
     plan_ = resolve_plan(plan)
     fixed = resolve_plan(compare_plan) if "flash_helm" in methods else None
+    if output is not None:  # a record file: its folder is checked before the seeds run
+        if Path(output).is_dir():
+            raise InputError("is a folder; give the record's file name (e.g. backtest.json)", path=output,
+                             field="--output")
+        prepare_output(Path(output).parent, record=Path(output).name)
     results, seconds, looks = [], [], {}  # each pool's looks, computed at the first seed and reused
+    report("start", f"backtesting plan {plan_.name} on {ref.name}: {ref.n_models} models held out in turn, "
+                    f"{len(seeds)} seed(s), methods {', '.join(methods)}")
     for done, seed in enumerate(seeds, 1):
         start = time.perf_counter()
         results.append(run_backtest(ref, plan_, fixed, seed=seed, aggregate=aggregate, methods=tuple(methods),
-                                    looks=looks))
+                                    looks=looks, on_model=_model_reporter(report, seed, len(seeds))))
         seconds.append(time.perf_counter() - start)
         report("seed", f"seed {seed}: {ref.n_models} models left out in turn in {seconds[-1]:.0f} s", done=done,
                total=len(seeds), seconds=seconds[-1], detail=results[-1])

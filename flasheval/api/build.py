@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.engine.devices import check_device
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import DTYPES, check_count, check_seed
+from flasheval.records import prepare_output
 from flasheval.reference import MANIFEST_FILE, ReferenceLeaderboard, load_reference, references_root, write_reference
 from flasheval.reference.build import build_reference as score_task_files
 from flasheval.reference.build import write_built_reference
@@ -45,6 +47,17 @@ class BuiltReference:
     store_dir: Path
     log_path: Path | None = None
     """The build log (engine ``flasheval``)."""
+
+
+def _model_reporter(report: Reporter) -> Any:
+    """The build's ``on_model``: a ``model`` event as each model is scored."""
+
+    def on_model(model_id: str, done: int, total: int, seconds: float, computed: int) -> None:
+        how = f"{computed} requests computed" if computed else "every request from the store, weights not loaded"
+        report("model", f"model {done}/{total} {model_id}: scored in {seconds:.1f} s ({how})", done=done, total=total,
+               seconds=seconds)
+
+    return on_model
 
 
 def _models(models: Sequence[Any]) -> tuple[NamedModel, ...]:
@@ -118,7 +131,9 @@ def build_reference(
     argv
         The command's arguments, recorded in the manifest as how it was built (default: this call).
     progress
-        Called with a :class:`~flasheval.api.progress.Progress` when the build starts.
+        Called with a :class:`~flasheval.api.progress.Progress` when the build starts and as each model is
+        scored (step ``model``: models done and in all, its seconds; a model every request of which is in
+        the store is never loaded).
     """
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}", field="--engine", allowed=ENGINES)
@@ -127,6 +142,7 @@ def build_reference(
     if dtype not in DTYPES:
         raise InputError(f"unknown dtype {dtype!r} (a reference pins its dtype)", field="--dtype", allowed=DTYPES)
     check_count(batch_size, field="--batch-size")
+    check_device(device)
     check_seed(seed)
     if not isinstance(name, str) or not name.strip() or "/" in name:
         raise InputError(f"must be a folder name, got {name!r}", field="--name")
@@ -151,12 +167,14 @@ def build_reference(
             raise InputError("required with --engine flasheval", field="--" + option.replace("_", "-"))
     task_list = load_live_tasks(_task_names(str(suite), tasks), str(task_dir))
     check_model_files(named)
+    _check_writable(out, work)
     state = launch_state()
     report.is_main = state is None or state.is_main_process
     report("start", f"building {name}: {len(named)} models x {len(task_list)} tasks")
     result = score_task_files(named, task_list, suite=str(suite), seed=seed, n_examples=n_examples, dtype=dtype,
                               store_dir=work / "store", prefix_space=prefix_space, device=device or "auto",
-                              batch_size=batch_size, task_dir=str(Path(str(task_dir)).resolve()), state=state)
+                              batch_size=batch_size, task_dir=str(Path(str(task_dir)).resolve()), state=state,
+                              on_model=_model_reporter(report))
     log = None
     if report.is_main:
         log = write_built_reference(out, result, name=name, suite=load_suite(str(suite)), tasks=task_list,
@@ -187,13 +205,14 @@ def _lmeval(models: Sequence[NamedModel], tasks: Any, *, name: str, out: Path, w
     from flasheval.reference.lmeval_live import build_lmeval_reference
 
     include = str(Path(include_path).resolve()) if include_path else None
+    _check_writable(out, work)
     state = launch_state()
     report.is_main = state is None or state.is_main_process
     report("start", f"building {name}: {len(models)} models x {len(names)} lm-eval tasks")
     result = build_lmeval_reference(models, names, include_path=include, num_fewshot=num_fewshot,
                                     fewshot_seed=fewshot_seed, n_examples=n_examples, seed=seed, metric=metric,
                                     dtype=dtype, store_dir=work / "store", device=device or "auto",
-                                    batch_size=batch_size, state=state)
+                                    batch_size=batch_size, state=state, on_model=_model_reporter(report))
     if report.is_main:
         metrics = sorted({t.metric for t in result.settings.tasks.values()})
         write_reference(out, result.frame, name=name,
@@ -206,3 +225,9 @@ def _lmeval(models: Sequence[NamedModel], tasks: Any, *, name: str, out: Path, w
     shutdown(state)
     return BuiltReference(path=out, reference=load_reference(out) if report.is_main else None, seconds=result.seconds,
                           computed=result.computed, store_dir=work / "store")
+
+
+def _check_writable(out: Path, work: Path) -> None:
+    """Before any model is scored: the work folder (results store, log) and the reference's parent folder can be written."""
+    prepare_output(work, field="--work-dir")
+    prepare_output(out.parent, field="--output-root")

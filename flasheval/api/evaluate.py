@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.models import ReplayModel, resolve_model
-from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.api.resolve import refuse_live_options
+from flasheval.api.progress import ProgressCallback, Reporter, watch_load
+from flasheval.engine.devices import check_device
 from flasheval.engine.distributed import make_state, shutdown
-from flasheval.engine.evaluate import evaluation_requests, evaluation_results, score_through_store
+from flasheval.engine.evaluate import computed_work, evaluation_requests, evaluation_results, score_through_store
 from flasheval.engine.example_records import EXAMPLE_FORMATS, ExampleRecord, write_example_records
 from flasheval.engine.heldout import load_heldout
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
@@ -32,7 +34,7 @@ from flasheval.engine.throughput import throughput
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import check_count, check_seed
 from flasheval.placement.replay import replay_records
-from flasheval.records import write_record
+from flasheval.records import prepare_output, write_record
 
 __all__ = ["EvaluationRun", "evaluate", "SUMMARY_FILE"]
 
@@ -87,9 +89,10 @@ def evaluate(
     store: str | Path | None = None,
     dtype: str = "auto",
     device: str | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     max_length: int | None = None,
     progress: ProgressCallback | None = None,
+    progress_bar: bool | None = None,
 ) -> EvaluationRun:
     """Score ``tasks`` and whole ``suites`` (and held-out text) with ``model``.
 
@@ -116,22 +119,36 @@ def evaluate(
         Where records (``format``: parquet or jsonl) and ``summary.json`` go (``None``: nothing written),
         and the results store (default ``output/store``; without ``output``, a temporary one).
     dtype, device, batch_size, max_length
-        How the model runs (``dtype``/``device`` ``auto``: float32 on CPU, bfloat16 on GPU); not for
-        in-memory models, which run as they are.
+        How the model runs (``dtype``/``device`` ``auto``: float32 on CPU, bfloat16 on GPU; ``batch_size``
+        ``None``: 32 continuations per forward pass); not for in-memory models, which run as they are, nor
+        (with ``task_dir`` and ``store``) for ``replay:`` models, which run nothing: given there, refused.
     progress
-        Called with a :class:`~flasheval.api.progress.Progress` when the model is ready and when it is done.
+        Called with a :class:`~flasheval.api.progress.Progress` when the requests are planned (how many the
+        store already answers), when the weights load (only when a request is not in the store) and when done.
+    progress_bar
+        A bar on stderr that advances per forward batch, on the main process only: ``None`` (default) shows
+        it when stderr is a terminal or in a notebook, ``True`` always, ``False`` never.
+
+    A spec's weights load only when a request is missing from the store: a rerun the store answers
+    entirely loads nothing (``load_seconds`` 0, no rates). Rates (``examples_per_second``,
+    ``tokens_per_second``, ``flops_per_second``) count only what was computed and the time it took.
     """
     report = Reporter(progress)
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity, check_files=False)
     if n_examples is not None and (isinstance(n_examples, bool) or not isinstance(n_examples, int) or n_examples < 1):
         raise InputError(f"must be >= 1, got {n_examples}", field="--n-examples")
-    check_count(batch_size, field="--batch-size")
+    if batch_size is not None:
+        check_count(batch_size, field="--batch-size")
+    check_device(device)
     check_seed(seed)
     if format not in EXAMPLE_FORMATS:
         raise InputError(f"unknown format {format!r}", field="--format", allowed=EXAMPLE_FORMATS)
     if baselines not in ("v1", "v2"):
         raise InputError(f"unknown baselines {baselines!r}", field="--baselines", allowed=("v1", "v2"))
     if isinstance(resolved, ReplayModel):
+        refuse_live_options("models only (replay: serves recorded scores)", task_dir=task_dir, store=store,
+                            dtype=None if dtype == "auto" else dtype, device=device, batch_size=batch_size,
+                            max_length=max_length)
         return _replay(resolved, tasks, suites=suites, heldout=heldout, n_examples=n_examples, seed=seed,
                        model_id=model_id, output=output, format=format)
     if isinstance(resolved, LoadedModel):
@@ -154,22 +171,33 @@ def evaluate(
         check_model_files([resolved], field="--model")
     state = make_state()
     report.is_main = state.is_main_process
+    if output is not None:  # before the model loads: an unwritable folder is refused now, not after scoring
+        prepare_output(output, record=SUMMARY_FILE, note=state.is_main_process)
+    if store is not None:
+        prepare_output(store, field="--store")
     with ExitStack() as stack:
         transient = output is None and store is None or (isinstance(resolved, LoadedModel) and resolved.identity is None)
         store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-store-"))) if transient \
             else Path(store) if store is not None else Path(output) / "store"  # type: ignore[arg-type]
         load_started = time.perf_counter()
-        backend = open_model(resolved, dtype=dtype, device=device or "auto", batch_size=batch_size,
-                             max_length=max_length)
-        load_seconds = time.perf_counter() - load_started
+        backend = open_model(resolved, dtype=dtype, device=device or "auto", batch_size=batch_size or 32,
+                             max_length=max_length)  # a spec's weights load on the first request not in the store
+        open_seconds = time.perf_counter() - load_started
+        watch_load(report, backend, resolved.model_id)
         if isinstance(resolved, LoadedModel):
             stack.enter_context(scoring_mode(resolved.model))
-        report("start", f"scoring {len(selections)} tasks with {resolved.model_id} (loaded in {load_seconds:.0f} s)")
         prefix_space = getattr(backend, "prefix_space", True)
         per_task = {s.spec.name: task_requests(s, seed=seed, prefix_space=prefix_space) for s in selections}
         flat = evaluation_requests(per_task, held)
+
+        def planned(n_stored: int) -> None:
+            report("start", f"scoring {len(selections)} tasks with {resolved.model_id}: {len(flat)} requests, "
+                            f"{n_stored} of them in the store", done=n_stored, total=len(flat))
+
         # Not shut down after a failure: the others may be stuck in another collective; the launcher ends them.
-        results, counts = score_through_store(backend, flat, store_dir, state)
+        results, counts = score_through_store(backend, flat, store_dir, state, progress_bar=progress_bar,
+                                              on_planned=planned)
+    load_seconds = open_seconds + float(getattr(backend, "load_seconds", 0.0))
     counts = {**counts, "load_seconds": load_seconds, "wall_seconds": time.perf_counter() - started}
     try:
         outcome = evaluation_results(selections, per_task, held, results)
@@ -178,10 +206,8 @@ def evaluate(
         summary["compute"].update(load_seconds=counts["load_seconds"], scoring_seconds=counts["scoring_seconds"],
                                   wall_seconds=counts["wall_seconds"])
         compute = summary["compute"]
-        # The hardware's rate counts every token scored in the timed call, held-out text included.
-        speed = throughput(n_examples=outcome.n_examples,
-                           n_tokens=compute["n_tokens"] + (compute["heldout_n_tokens"] or 0),
-                           seconds=counts["scoring_seconds"], n_parameters=compute["n_parameters"])
+        speed = _rates(flat, results, counts.pop("computed"), seconds=counts["scoring_seconds"],
+                       n_parameters=compute["n_parameters"])
         payload = {
             "model": model if isinstance(model, str) else resolved.text,
             "model_id": model_id or resolved.model_id,
@@ -194,6 +220,8 @@ def evaluate(
             "n_requests": len(flat),
             **{k: v for k, v in counts.items() if k not in ("load_seconds", "wall_seconds")},
             "n_parameters": compute["n_parameters"],
+            "model_loaded": bool(getattr(backend, "is_loaded", True)),  # False: the store answered every request
+            "n_tokens": compute["n_tokens"] + (compute["heldout_n_tokens"] or 0),
             **speed,
             "world_size": state.num_processes,
         }
@@ -203,11 +231,25 @@ def evaluate(
         examples_path = write_example_records(outcome.records, Path(output), format)
         payload["examples_file"] = examples_path.name
         path = write_record(Path(output) / SUMMARY_FILE, kind="evaluate", payload=payload)
-        report("done", f"{outcome.n_examples} examples scored")
+        report("done", f"{outcome.n_examples} examples: {counts['n_requests_computed']} requests computed, "
+                       f"{counts['n_requests_from_store']} served from the store")
         return EvaluationRun(summary=payload, records=tuple(outcome.records), examples_path=examples_path,
                              record_path=path)
     finally:
         shutdown(state)
+
+
+def _rates(requests: Sequence[Any], results: Sequence[Any], computed: Sequence[bool], *, seconds: float,
+           n_parameters: int | None) -> dict[str, Any]:
+    """The hardware's rates over what this run computed (held-out text included) in ``seconds``.
+
+    Requests served by the store cost nothing and count nowhere: with nothing computed every rate is ``None``.
+    """
+    n_examples, n_tokens = computed_work(requests, results, computed)
+    speed = throughput(n_examples=n_examples, n_tokens=n_tokens, seconds=seconds if any(computed) else 0.0,
+                       n_parameters=n_parameters)
+    del speed["n_tokens"]
+    return {"n_examples_computed": n_examples, "n_tokens_computed": n_tokens, **speed}
 
 
 def _replay(model: ReplayModel, tasks: Any, *, suites: Sequence[str], heldout: Sequence[Any], n_examples: int | None,
@@ -218,6 +260,8 @@ def _replay(model: ReplayModel, tasks: Any, *, suites: Sequence[str], heldout: S
                          "need a model to run", field="--model")
     if not tasks:
         raise InputError("required for replay: models", field="--tasks")
+    if output is not None:
+        prepare_output(output, record=SUMMARY_FILE)
     target = model.model_id
     records, means, reference = replay_records(target, _task_list(tasks), n_examples=n_examples, seed=seed)
     counts = {name: sum(r.task_name == name for r in records) for name in means}

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.models import ReplayModel, resolve_model
-from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.api.progress import ProgressCallback, Reporter, watch_load
 from flasheval.api.resolve import (
+    check_budget,
     check_n_parameters,
     live_options,
     refuse_live_options,
@@ -34,7 +35,9 @@ from flasheval.placement.live_scoring import check_seed, prepare_scoring
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget, PlacementResult, StageRecord
 from flasheval.placement.tiers import TierPlan
-from flasheval.records import write_record
+from flasheval.placement.looks import first_look
+from flasheval.records import prepare_output, write_record
+from flasheval.stats.sampling import example_order
 from flasheval.reference import ReferenceLeaderboard
 
 __all__ = ["PlaceRun", "place", "RECORD_FILE"]
@@ -75,8 +78,15 @@ class PlaceRun:
 
 
 def _stage_reporter(report: Reporter) -> Any:
+    """The controller's ``on_stage``: a ``stage`` event as each stage finishes (its scoring and its look)."""
+    last = time.perf_counter()
+
     def on_stage(stage: StageRecord, n_stages: int) -> None:
-        report("stage", stage.log_line(n_stages), done=stage.stage + 1, total=n_stages, detail=stage)
+        nonlocal last
+        now = time.perf_counter()
+        report("stage", stage.log_line(n_stages), done=stage.stage + 1, total=n_stages, seconds=now - last,
+               detail=stage)
+        last = now
 
     return on_stage
 
@@ -142,7 +152,8 @@ def place(
         Folder for the results store (``store/``) and the record (``place.json``). ``None``: a temporary
         store for this call and no record. In-memory models without an identity always use a temporary store.
     progress
-        Called with a :class:`~flasheval.api.progress.Progress` when the model is ready and after every stage.
+        Called with a :class:`~flasheval.api.progress.Progress` when the model is ready, when its weights load
+        (live: only when a request is not in the store), and as every stage finishes.
 
     Returns
     -------
@@ -169,6 +180,9 @@ def place(
     if resolved.model_id in pool.model_ids:
         report("start", f"{resolved.model_id} is in reference {pool.name}: held out of the pool")
         pool = pool.without(resolved.model_id)
+    check_budget(budget, pool, plan_, aggregate=aggregate)
+    if output is not None:  # before the model loads: an unwritable folder is refused now, not after the run
+        prepare_output(output, record=RECORD_FILE, note=report.is_main)
     start = time.perf_counter()
     with ExitStack() as stack:
         transient = output is None or (isinstance(resolved, LoadedModel) and resolved.identity is None)
@@ -176,15 +190,15 @@ def place(
             else Path(output) / "store"
         opened = setup.open(resolved, store_dir, options=options, state=state, n_params=n_parameters)
         stack.callback(opened.close)
+        watch_load(report, opened.backend, resolved.model_id)  # the weights load on the first request not stored
         if isinstance(resolved, LoadedModel):
             stack.enter_context(scoring_mode(resolved.model))
         how = " ".join(filter(None, ("live", setup.describe())))
-        report("start", f"placing {resolved.model_id} ({how}, {setup.dtype}, loaded in {opened.load_seconds:.0f} s) "
-                        f"on {pool.name} with plan {plan_.name}:")
+        report("start", f"placing {resolved.model_id} ({how}, {setup.dtype}) on {pool.name} with plan {plan_.name}:")
         result = run_placement(pool, opened.scorer, plan_, model_id=resolved.model_id, seed=setup.seed, budget=budget,
                                aggregate=aggregate, on_stage=_stage_reporter(report))
         live = {"engine": setup.engine, "spec": resolved.text, "fingerprint": opened.fingerprint, "dtype": setup.dtype,
-                **setup.record_settings(), "load_seconds": opened.load_seconds,
+                **setup.record_settings(), "load_seconds": opened.load_seconds, "model_loaded": opened.is_loaded,
                 "seconds": time.perf_counter() - start, "requests_computed": opened.requests_computed,
                 "asked": opened.scorer.asked_json(), "examples": opened.scorer.examples_json()}
     run = PlaceRun(placement=result, live=live)
@@ -201,8 +215,15 @@ def _place_replay(model: ReplayModel, reference: Any, *, plan: Any, budget: Budg
     ref = resolve_reference(reference, missing=missing)
     plan_ = resolve_plan(plan)
     scorer = ReplayScorer(ref, model.model_id, n_parameters=n_parameters)
+    pool = ref.without(model.model_id)
+    tokens = None
+    if budget.max_tokens is not None or budget.max_flops is not None:
+        tokens = _first_tokens(pool, scorer, plan_, aggregate, seed or 0)
+    check_budget(budget, pool, plan_, aggregate=aggregate, replay=True, n_parameters=n_parameters, first_tokens=tokens)
+    if output is not None:
+        prepare_output(output, record=RECORD_FILE)
     report("start", f"placing {model.model_id} (replay, held out) on {ref.name} with plan {plan_.name}:")
-    result = run_placement(ref.without(model.model_id), scorer, plan_, model_id=model.model_id, seed=seed or 0,
+    result = run_placement(pool, scorer, plan_, model_id=model.model_id, seed=seed or 0,
                            budget=budget, aggregate=aggregate, on_stage=_stage_reporter(report))
     # A replayed model is held out of a pool whose full data we have: the answer placement estimated.
     run = PlaceRun(placement=result, full_data_rank=full_data_ranks(ref, aggregate)[model.model_id])
@@ -210,3 +231,18 @@ def _place_replay(model: ReplayModel, reference: Any, *, plan: Any, budget: Budg
         path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json())
         run = PlaceRun(placement=result, full_data_rank=run.full_data_rank, record_path=path)
     return run
+
+
+def _first_tokens(pool: ReferenceLeaderboard, scorer: ReplayScorer, plan: TierPlan, aggregate: str | None,
+                  seed: int) -> int | None:
+    """Tokens a replayed model spends on the plan's first look (its recorded counts; ``None`` without them)."""
+    if any(t is None for t in pool.n_tokens):
+        return None
+    _, targets = first_look(pool, plan, aggregate)
+    total = 0
+    for name, ids, target in zip(pool.dataset_names, pool.example_ids, targets):
+        got = scorer.score(name, example_order(ids, seed=seed, task_name=name)[:target]).n_tokens
+        if got is None:
+            return None
+        total += int(got.sum())
+    return total

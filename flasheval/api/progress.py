@@ -2,19 +2,25 @@
 
 Every long API call (:func:`flasheval.place`, :func:`flasheval.sweep`, :func:`flasheval.evaluate`,
 :func:`flasheval.backtest`, :func:`flasheval.build_reference`) takes ``progress=``, a callable
-that receives one :class:`Progress` per step, on the main process only. The command line prints
-their messages; a notebook or a training loop can log them, draw a bar, or stop.
+that receives one :class:`Progress` per step as the step finishes, on the main process only. The
+command line prints their messages (one line per step, flushed); a notebook or a training loop can
+log them, draw a bar, or stop.
+
+Steps are the events; the per-batch bar inside one scoring call is the engine's
+(:func:`flasheval.engine.progress_bar.progress_bar`), switched by ``progress_bar=`` where a call
+has one (``None``: shown when stderr is a terminal or in a notebook; ``False``: never).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from flasheval.errors import InputError
 
-__all__ = ["Progress", "ProgressCallback", "check_progress", "Reporter"]
+__all__ = ["Progress", "ProgressCallback", "check_progress", "Reporter", "watch_load"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,8 +28,9 @@ class Progress:
     """One step of a long call."""
 
     step: str
-    """What happened: ``start`` (set up, about to score), ``stage`` (a placement look), ``round`` (a sweep
-    round), ``model`` (a model scored by a build), ``seed`` (a backtest seed), ``done``."""
+    """What happened: ``start`` (set up, about to score), ``load`` (a model's weights loaded: only when a
+    request is not in the results store), ``stage`` (a placement look), ``round`` (a sweep round), ``model``
+    (a model scored by a build; a model held out by a backtest), ``seed`` (a backtest seed), ``done``."""
     message: str
     """One readable line (what the command line prints)."""
     done: int | None = None
@@ -35,7 +42,10 @@ class Progress:
     detail: Any = None
     """What the step produced, when there is one: a stage's
     :class:`~flasheval.placement.results.StageRecord`, a seed's
-    :class:`~flasheval.placement.backtest.BacktestResult`."""
+    :class:`~flasheval.placement.backtest.BacktestResult`, a held-out model's
+    :class:`~flasheval.placement.backtest.BacktestRow`."""
+    elapsed: float | None = None
+    """Wall seconds since the call started (every event of a :class:`Reporter` carries it)."""
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -49,16 +59,27 @@ def check_progress(progress: object) -> ProgressCallback | None:
 
 
 class Reporter:
-    """Hands :class:`Progress` events to a callback, on the main process only (nothing when there is none)."""
+    """Hands :class:`Progress` events to a callback, on the main process only (nothing when there is none).
 
-    __slots__ = ("_callback", "is_main")
+    Made when the call starts: every event's ``elapsed`` counts from then.
+    """
+
+    __slots__ = ("_callback", "is_main", "_start")
 
     def __init__(self, callback: ProgressCallback | None, *, is_main: bool = True) -> None:
         self._callback = check_progress(callback)
         self.is_main = is_main
+        self._start = time.perf_counter()
 
     def __call__(self, step: str, message: str, *, done: int | None = None, total: int | None = None,
                  seconds: float | None = None, detail: Any = None) -> None:
         if self._callback is not None and self.is_main:
             self._callback(Progress(step=step, message=message, done=done, total=total, seconds=seconds,
-                                    detail=detail))
+                                    detail=detail, elapsed=time.perf_counter() - self._start))
+
+
+def watch_load(report: Reporter, backend: Any, model_id: str) -> None:
+    """Report a ``load`` step when ``backend``'s weights load (a backend opened without them, see
+    :class:`~flasheval.engine.deferred.DeferredBackend`); a model already in memory reports nothing."""
+    if hasattr(backend, "on_load"):
+        backend.on_load = lambda seconds: report("load", f"loaded {model_id} in {seconds:.1f} s", seconds=seconds)

@@ -13,12 +13,13 @@ from typing import Any
 
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import LiveOptions
+from flasheval.placement.looks import first_look
 from flasheval.placement.results import Budget
 from flasheval.placement.tiers import TierPlan, load_tier_plan
 from flasheval.reference import ReferenceLeaderboard, load_reference
 
 __all__ = ["resolve_reference", "resolve_plan", "resolve_budget", "check_n_parameters", "live_options",
-           "refuse_live_options"]
+           "refuse_live_options", "check_budget"]
 
 
 def resolve_reference(reference: Any, *, missing: str = "complete-models") -> ReferenceLeaderboard:
@@ -73,3 +74,41 @@ def refuse_live_options(why: str, **options: Any) -> None:
     for name, value in options.items():
         if value is not None:
             raise InputError(f"applies to live {why}", field="--" + name.replace("_", "-"))
+
+
+def check_budget(budget: Budget, pool: ReferenceLeaderboard, plan: TierPlan, *, aggregate: str | None,
+                 first_tokens: int | None = None, replay: bool = False, n_parameters: float | None = None) -> None:
+    """Refuse, before a placement runs, a budget that cannot bind or that no stage fits in.
+
+    ``pool``: the reference the model is placed on (held out). A replayed model's tokens come from
+    the reference: without token counts a token or FLOPs cap would never stop the run, and FLOPs
+    also need ``n_parameters``. A cap below the plan's first look (examples; tokens and FLOPs when
+    ``first_tokens``, the first look's tokens, is known) would end the run before its first look.
+    """
+    if not budget.capped:
+        return
+    if replay and (budget.max_tokens is not None or budget.max_flops is not None):
+        option, kind = ("--max-tokens", "token") if budget.max_tokens is not None else ("--max-flops", "FLOPs")
+        if any(t is None for t in pool.n_tokens):
+            raise InputError(f"reference {pool.name!r} records no token counts, so a {kind} budget cannot bind "
+                             "(every stage would run); cap the examples instead with --max-examples", field=option)
+        if budget.max_flops is not None and n_parameters is None:
+            raise InputError("a FLOPs budget needs the parameter count (FLOPs ~ 2 x parameters x tokens): give "
+                             "--n-parameters", field="--max-flops")
+    k, targets = first_look(pool, plan, aggregate)
+    size = plan.stages[k]
+    n_examples = int(sum(targets))
+    split = (f"{size} per dataset x {len(targets)} datasets" if all(t == size for t in targets)
+             else f"every example of {len(targets)} datasets" if size is None else f"over {len(targets)} datasets")
+    what = f"the first stage of plan {plan.name} ({n_examples} examples: {split}"
+    if budget.max_examples is not None and budget.max_examples < n_examples:
+        raise InputError(f"{budget.max_examples} is below {what}); give at least {n_examples}", field="--max-examples")
+    if first_tokens is None:
+        return
+    if budget.max_tokens is not None and budget.max_tokens < first_tokens:
+        raise InputError(f"{budget.max_tokens} is below {what}, {first_tokens} tokens); give at least {first_tokens}",
+                         field="--max-tokens")
+    flops = None if n_parameters is None else 2.0 * float(n_parameters) * first_tokens
+    if budget.max_flops is not None and flops is not None and budget.max_flops < flops:
+        raise InputError(f"{budget.max_flops:.3g} is below {what}, ~{flops:.3g} FLOPs); give at least {flops:.3g}",
+                         field="--max-flops")

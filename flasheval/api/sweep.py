@@ -25,7 +25,7 @@ from flasheval.errors import InputError
 from flasheval.placement.live_scoring import LiveOptions, check_count, check_seed, prepare_scoring
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget
-from flasheval.placement.sweep import SweepResult
+from flasheval.placement.sweep import SweepResult, check_sweep_budget
 from flasheval.placement.sweep import sweep as run_sweep
 from flasheval.placement.sweep_models import CheckpointPool
 from flasheval.placement.sweep_run import (
@@ -41,7 +41,7 @@ from flasheval.placement.sweep_run import (
     truth_ranks,
 )
 from flasheval.placement.sweep_store import StoredScorer
-from flasheval.records import write_record
+from flasheval.records import prepare_output, write_record
 
 __all__ = ["SweepRun", "sweep"]
 
@@ -177,10 +177,12 @@ def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any,
         raise InputError(f"holding out {len(model_ids)} checkpoints leaves fewer than 2 reference models",
                          field="--models")
     check_token_budget(full, budget)
+    check_sweep_budget(budget, plan, pool, len(model_ids))
     config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names),
               "models": model_ids, "plan": plan.name, "seed": seed, "aggregate": aggregate, "missing": missing,
               "low_rank": low_rank, "budget": [budget.max_examples, budget.max_tokens, budget.max_flops],
               "n_parameters": n_parameters}
+    prepare_output(folder, record=RECORD_FILE)
     store = open_run_folder(folder, config)
     n_stored = len(store)
     scorers = {m: StoredScorer(ReplayScorer(full, m, n_parameters=n_params), store, m) for m in model_ids}
@@ -210,6 +212,7 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
     full = restrict(setup.reference, datasets)
     pool, held = hold_out(full, [m.model_id for m in models])
     check_token_budget(full, budget)
+    check_sweep_budget(budget, plan, pool, len(models))
     config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names),
               "models": [f"{m.model_id}={m.text}" for m in models], "plan": plan.name, "seed": setup.seed,
               "dtype": setup.dtype, "aggregate": aggregate, "missing": missing, "low_rank": low_rank,
@@ -217,6 +220,7 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
     if setup.engine != "flasheval":  # run folders of DCLM-format sweeps predate the key: they still resume
         config["engine"] = setup.engine
     state = launch_state()
+    prepare_output(folder, record=RECORD_FILE, note=state is None or state.is_main_process)
     store = open_run_folder(folder, config, state)
     n_stored = len(store)
     report.is_main = state is None or state.is_main_process

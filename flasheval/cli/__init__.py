@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -40,9 +41,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _CommandFormatter(logging.Formatter):
+    """flasheval's own warnings as the command's lines (``flasheval: note: ...``); anything else, and every
+    record under ``-v``, with its level and logger."""
+
+    def __init__(self, verbosity: int) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+        self._plain = verbosity == 0
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self._plain and record.levelno == logging.WARNING and record.name.split(".")[0] == "flasheval":
+            return f"flasheval: {record.getMessage()}"
+        return super().format(record)
+
+
 def _configure_logging(verbosity: int) -> None:
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_CommandFormatter(verbosity))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+_QUIET_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+"""``--quiet`` also turns off huggingface_hub's and transformers' download / weight-loading bars, and every
+tqdm bar whose caller leaves ``disable`` at its default (tqdm reads ``TQDM_*`` defaults from the environment),
+for the command's duration."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,11 +76,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
+    quiet = getattr(args, "quiet", False)
+    before = {key: os.environ.get(key) for key in _QUIET_ENV}
+    if quiet:
+        os.environ.update({key: before[key] or value for key, value in _QUIET_ENV.items()})
     try:
-        return int(args.func(args))
+        return _run(args)
+    finally:
+        if quiet:  # as it was: main() may be called in-process, by a test or a notebook
+            for key, value in before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Call the subcommand; every error it raises becomes one line."""
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()  # lines still buffered meet a closed pipe here, not at exit
+        return code
     except FlashevalError as exc:
         print(f"flasheval: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("flasheval: interrupted; finished results are kept and a rerun resumes", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed()
+    except OSError as exc:  # an I/O error no layer below turned into a FlashevalError: still one line
+        if args.verbose >= 2:
+            raise
+        where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+        print(f"flasheval: error: {where + ': ' if where else ''}{exc.strerror or exc} (-vv shows where)",
+              file=sys.stderr)
+        return 1
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``flasheval ... | head``): stop quietly, exit code 141 (128 + SIGPIPE).
+
+    As Python's documentation advises (the "Note on SIGPIPE" in the :mod:`signal` docs), stdout is
+    pointed at ``/dev/null`` so that the flush at interpreter exit does not fail a second time.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a file descriptor (captured in-process): nothing to point
+        pass
+    return 141

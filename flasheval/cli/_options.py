@@ -3,10 +3,50 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
+from flasheval.api.progress import Progress
 from flasheval.placement.results import Budget
 
-__all__ = ["add_live_options", "add_lmeval_live_options", "budget_from"]
+__all__ = ["add_live_options", "add_lmeval_live_options", "budget_from", "add_progress_options", "step_printer",
+           "progress_bar_from"]
+
+
+def add_progress_options(parser: argparse.ArgumentParser) -> None:
+    """``-q`` / ``--quiet``: no step lines and no progress bars, only the final summary and errors.
+
+    Without it, every long command prints one line per step to stdout as the step finishes (a
+    placement stage, a sweep round, a built or held-out model, a backtest seed), flushed, with its
+    count and the seconds elapsed, and draws per-batch bars on stderr when stderr is a terminal.
+    """
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="print only the final summary and errors: no step lines, no progress bars")
+
+
+def step_printer(args: argparse.Namespace, *, indent: str = "  ",
+                 steps: tuple[str, ...] | None = None) -> Callable[[Progress], None] | None:
+    """The ``progress=`` callback of a command: each step's line on stdout, flushed (``None`` with ``--quiet``).
+
+    ``start`` lines are printed as they are; the others indented under them, with the seconds
+    elapsed since the command's call started. ``steps``: only these kinds (default: all).
+    """
+    if args.quiet:
+        return None
+
+    def show(p: Progress) -> None:
+        if steps is not None and p.step not in steps:
+            return
+        if p.step == "start":
+            print(p.message, flush=True)
+        else:
+            print(f"{indent}{p.message}" + ("" if p.elapsed is None else f" (elapsed {p.elapsed:.1f} s)"), flush=True)
+
+    return show
+
+
+def progress_bar_from(args: argparse.Namespace) -> bool | None:
+    """``progress_bar=`` of an API call: ``False`` with ``--quiet``, else ``None`` (shown when stderr is a terminal)."""
+    return False if args.quiet else None
 
 
 def add_live_options(parser: argparse.ArgumentParser) -> None:

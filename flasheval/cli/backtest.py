@@ -7,6 +7,7 @@ from pathlib import Path
 
 from flasheval.api.backtest import backtest
 from flasheval.api.progress import Progress
+from flasheval.cli._options import add_progress_options, step_printer
 from flasheval.placement.backtest import ALL_METHODS, METHODS, BacktestResult, SeedSummary, parse_seeds
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.reference import MISSING_POLICIES, load_reference
@@ -29,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "adaptive always runs, it sets the others' cost)")
     parser.add_argument("--per-model", action="store_true", help="also print one line per model")
     parser.add_argument("--output", help="record file (default: runs/backtest-<reference>.json)")
+    add_progress_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -70,7 +72,13 @@ def run(args: argparse.Namespace) -> int:
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     plan = load_tier_plan(args.tiers)
 
-    def show(step: Progress) -> None:  # each seed's table as soon as it is done
+    models = step_printer(args)
+
+    def show(step: Progress) -> None:  # a line per held-out model (not with --quiet); each seed's table when done
+        if step.step != "seed":
+            if models is not None:
+                models(step)
+            return
         result: BacktestResult = step.detail  # type: ignore[assignment]
         if args.per_model:
             print(_per_model(result))

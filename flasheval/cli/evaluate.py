@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from flasheval.api.evaluate import evaluate
+from flasheval.cli._options import add_progress_options, progress_bar_from, step_printer
 from flasheval.engine.example_records import EXAMPLE_FORMATS
 from flasheval.report.markdown import render_text
 from flasheval.report.sections import evaluate_summary_blocks
@@ -46,8 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--store", type=Path, metavar="DIR", help="results store folder (default OUTPUT/store)")
     parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
     parser.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: auto)")
-    parser.add_argument("--batch-size", type=int, default=32, help="continuations per forward pass (halved on OOM)")
+    parser.add_argument("--batch-size", type=int, help="continuations per forward pass, halved on OOM (default: 32)")
     parser.add_argument("--max-length", type=int, default=None, help="max tokens per sequence (default: the model's)")
+    add_progress_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -56,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     outcome = evaluate(args.model, tasks=args.tasks, suites=args.suite, task_dir=args.task_dir, heldout=args.heldout,
                        n_examples=args.n_examples, seed=args.seed, baselines=args.baselines, model_id=args.model_id,
                        output=args.output, format=args.format, store=args.store, dtype=args.dtype,
-                       device=args.device, batch_size=args.batch_size, max_length=args.max_length)
+                       device=args.device, batch_size=args.batch_size, max_length=args.max_length,
+                       progress=step_printer(args, steps=("start", "load")), progress_bar=progress_bar_from(args))
     if outcome.record_path is None:  # the other processes of a launch
         return 0
     payload = outcome.summary
@@ -66,12 +69,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"{payload['n_examples']} examples replayed from {payload['reference']}; records: {outcome.examples_path}")
         return 0
     print(render_text(evaluate_summary_blocks(payload)))
-    print(
-        f"{payload['n_examples']} examples, {payload['n_requests']} requests ({payload['n_requests_from_store']} from "
-        f"the store) in {payload['scoring_seconds']:.1f}s on {payload['world_size']} process(es); records: "
-        f"{outcome.examples_path}; summary: {outcome.record_path}"
-    )
-    if payload["flops_per_second"] is not None:
-        print(f"{payload['examples_per_second']:.2f} examples/s, {payload['tokens_per_second']:.0f} tokens/s, "
-              f"{payload['flops_per_second'] / 1e9:.1f} GFLOP/s (2 x parameters x tokens)")
+    first, *rates = format_compute(payload)
+    print(f"{first}; records: {outcome.examples_path}; summary: {outcome.record_path}")
+    for line in rates:
+        print(line)
     return 0
+
+
+def format_compute(payload: dict) -> list[str]:
+    """What was computed and what the store served; rates only over what was computed (none when nothing was)."""
+    n, computed = payload["n_requests"], payload["n_requests_computed"]
+    if computed == 0:
+        return [f"{payload['n_examples']} examples: all {n} requests served from the store (nothing computed)"]
+    lines = [f"{payload['n_examples']} examples, {n} requests: {computed} computed in "
+             f"{payload['scoring_seconds']:.1f} s on {payload['world_size']} process(es), "
+             f"{payload['n_requests_from_store']} from the store"]
+    if payload["examples_per_second"] is not None:
+        lines.append(f"{payload['examples_per_second']:.2f} examples/s, {payload['tokens_per_second']:.0f} tokens/s"
+                     + ("" if payload["flops_per_second"] is None else
+                        f", {payload['flops_per_second'] / 1e9:.1f} GFLOP/s (2 x parameters x tokens)")
+                     + f" over the {payload['n_examples_computed']} examples computed")
+    return lines

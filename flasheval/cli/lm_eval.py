@@ -14,6 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
+from flasheval.cli._options import add_progress_options, progress_bar_from
 from flasheval.engine import check_model_files, parse_named_models
 from flasheval.errors import InputError
 from flasheval.records import slug
@@ -47,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: %(default)s)")
     _both(parser, "batch_size", type=int, default=32, help="continuations per forward pass (default: %(default)s)")
     _both(parser, "max_length", type=int, help="lm-eval's max_length (default: the model config's)")
+    add_progress_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
                                 Path("runs") / f"lm-eval-{slug(model.model_id)}" / "store"))
     start = time.perf_counter()
     opened = open_lmeval_model(model, store, dtype=args.dtype, device=args.device, batch_size=args.batch_size,
-                               max_length=args.max_length)
+                               max_length=args.max_length, progress_bar=progress_bar_from(args))
     tracker = None
     if args.output_path and opened.is_main_process:
         from lm_eval.loggers import EvaluationTracker

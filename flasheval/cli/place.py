@@ -14,7 +14,13 @@ import argparse
 from pathlib import Path
 
 from flasheval.api.place import PlaceRun, place
-from flasheval.cli._options import add_live_options, add_lmeval_live_options, budget_from
+from flasheval.cli._options import (
+    add_live_options,
+    add_lmeval_live_options,
+    add_progress_options,
+    budget_from,
+    step_printer,
+)
 from flasheval.placement.results import PlacementResult
 from flasheval.records import slug
 from flasheval.reference import MISSING_POLICIES, load_reference
@@ -43,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/)")
     add_live_options(parser)
     add_lmeval_live_options(parser)
+    add_progress_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -50,12 +57,16 @@ def format_summary(result: PlacementResult) -> str:
     """Readable multi-line summary of a placement."""
     c = result.compute
     res = "maximal" if result.resolution == 0 else f"+-{result.resolution}"
+    placed = (f"  rank {result.rank} of {result.n_models + 1}, {result.confidence_level:.0%} interval "
+              f"[{result.interval[0]}, {result.interval[1]}], tier {result.tier} ({res})")
+    if result.rank is None:  # the budget allowed no stage (flasheval.place refuses such a budget up front)
+        placed = f"  not placed: no stage ran within the budget, so there is no rank (any of 1 to {result.n_models + 1})"
     lines = [
         f"{result.model_id} on {result.reference} ({result.n_models} reference models, plan {result.plan}, seed {result.seed})",
         f"  status: {result.status} ({result.reason})",
-        f"  rank {result.rank} of {result.n_models + 1}, {result.confidence_level:.0%} interval "
-        f"[{result.interval[0]}, {result.interval[1]}], tier {result.tier} ({res})",
-        f"  examples: {c.n_examples} of {c.full_examples} ({c.example_saving:.1f}x saving)"
+        placed,
+        f"  examples: {c.n_examples} of {c.full_examples} "
+        + ("(none scored)" if c.n_examples == 0 else f"({c.example_saving:.1f}x saving)")
         + ("" if c.n_tokens is None else f"; tokens {c.n_tokens}"
            + ("" if c.token_saving is None else f" ({c.token_saving:.1f}x saving)"))
         + ("" if c.flops is None else f"; ~{c.flops:.3g} FLOPs"),
@@ -74,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                     missing=args.missing, n_parameters=args.n_parameters, task_dir=args.task_dir,
                     include_path=args.include_path, num_fewshot=args.num_fewshot, dtype=args.dtype, device=args.device,
                     batch_size=args.batch_size, output=output,
-                    progress=lambda p: print(p.message if p.step == "start" else f"  {p.message}", flush=True))
+                    progress=step_printer(args))
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_placed(outcome)
     return 0
@@ -89,5 +100,8 @@ def print_placed(outcome: PlaceRun) -> None:
         print(f"  full-data rank (every example scored): {outcome.full_data_rank}, {inside} the interval")
         print(f"  record: {outcome.record_path}")
     elif outcome.live is not None:
-        print(f"  wall time {outcome.live['seconds']:.0f} s (model load {outcome.live['load_seconds']:.0f} s); "
+        live = outcome.live
+        load = (f"model load {live['load_seconds']:.0f} s" if live.get("model_loaded", True) else
+                "model not loaded: every request was in the store")
+        print(f"  wall time {live['seconds']:.0f} s ({load}; {live['requests_computed']} requests computed); "
               f"record: {outcome.record_path}")

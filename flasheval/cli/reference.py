@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from flasheval.cli._built import print_built
+from flasheval.cli._options import add_progress_options, step_printer
 from flasheval.cli.lm_eval import add_lm_eval_task_options
 from flasheval.api.build import build_reference
 from flasheval.errors import InputError
@@ -40,10 +41,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--name", required=True, help="reference name (folder name)")
     imp.add_argument("--suite", help="long-parquet: keep only rows with this 'suite' value")
     imp.add_argument("--metric", help="lm-eval-samples: per-sample metric key (default: acc, exact_match, acc_norm)")
-    imp.add_argument("--output-dir", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES or <repo>/reference_rankings)")
+    imp.add_argument("--output-dir", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES, else reference_rankings/ of the checkout, or of the working folder for an installed package)")
     imp.add_argument("--source", default="", help="where the numbers come from (stored in the manifest)")
     imp.add_argument("--licence", default="unknown")
-    imp.add_argument("--metric-description", default="", help="what the score measures (manifest 'metric')")
+    imp.add_argument("--metric-description", default="",
+                     help="what the score measures (manifest 'metric'); a score outside [0, 1] is refused for a 0/1 "
+                     "or accuracy metric (a 'metric' column, or words like 0/1 or accuracy here, or a table of 0s and "
+                     "1s) unless this says 'continuous'")
     imp.add_argument("--lower-is-better", action="store_true")
     imp.add_argument("--aggregate", default="mean", choices=AGGREGATES)
     imp.add_argument("--random-baselines", help="JSON file {dataset: chance score} for the centered aggregate")
@@ -89,9 +93,10 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--no-prefix-space", action="store_true",
                    help="do not prepend a space to continuations (SentencePiece-only pools; default: prefix space)")
     p.add_argument("--name", required=True, help="reference name (folder name)")
-    p.add_argument("--output-root", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES or <repo>/reference_rankings)")
+    p.add_argument("--output-root", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES, else reference_rankings/ of the checkout, or of the working folder for an installed package)")
     p.add_argument("--work-dir", help="results store and build log (default: runs/reference-build-NAME)")
     p.add_argument("--force", action="store_true", help="overwrite an existing reference folder")
+    add_progress_options(p)
     return p
 
 
@@ -102,7 +107,7 @@ def _build(args: argparse.Namespace) -> int:
         include_path=args.include_path, num_fewshot=args.num_fewshot, fewshot_seed=args.fewshot_seed,
         metric=args.metric, n_examples=args.n_examples, seed=args.seed, dtype=args.dtype, device=args.device,
         batch_size=args.batch_size, prefix_space=not args.no_prefix_space, output_root=args.output_root,
-        work_dir=args.work_dir, force=args.force, argv=sys.argv[1:])
+        work_dir=args.work_dir, force=args.force, argv=sys.argv[1:], progress=step_printer(args))
     if built.reference is None:  # the other processes of a launch: the main process wrote and prints
         return 0
     if args.engine == "lm-eval":
@@ -117,6 +122,10 @@ def _build(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     build, note = None, ""
+    for option, value, applies in (("--suite", args.suite, "long-parquet"),
+                                   ("--include-path", args.include_path, "lm-eval-samples")):
+        if value is not None and args.format != applies:
+            raise InputError(f"applies to --format {applies} only", field=option)
     if args.format == "long-parquet":
         frame = read_long_parquet(args.source_path, suite=args.suite)
     else:
@@ -137,11 +146,23 @@ def _import(args: argparse.Namespace) -> int:
         raise InputError("reference already exists (use --force to overwrite)", path=out)
     built = f"flasheval reference import --format {args.format} {Path(args.source_path).name}" + (
         f" --suite {args.suite}" if args.suite else "") + (f" --metric {args.metric}" if args.metric else "")
-    write_reference(out, frame, name=args.name, source=args.source or str(args.source_path), licence=args.licence,
-                    metric=args.metric_description or args.metric or "score", higher_is_better=not args.lower_is_better,
-                    aggregate=args.aggregate, random_baselines=baselines, built_with=built, build=build,
-                    notes=args.notes)
-    ref = load_reference(out)
+    suites = sorted(map(str, frame["suite"].unique())) if "suite" in frame.columns else []
+    try:
+        write_reference(out, frame, name=args.name, source=args.source or str(args.source_path), licence=args.licence,
+                        metric=args.metric_description or args.metric or "score",
+                        higher_is_better=not args.lower_is_better, aggregate=args.aggregate,
+                        random_baselines=baselines, built_with=built, build=build, notes=args.notes,
+                        input_path=args.source_path)
+    except InputError as exc:
+        if args.suite is None and len(suites) > 1 and "--suite" in exc.reason:
+            raise InputError(f"{exc.reason}; the file's suites: {', '.join(suites)}", path=exc.path, line=exc.line,
+                             field=exc.field) from None
+        raise
+    try:
+        ref = load_reference(out)
+    except InputError:  # usable only with the other policy (write_reference checked that one is)
+        ref = load_reference(out, missing="common-datasets")
+        note += "; load it with --missing common-datasets (not every model has every dataset)"
     print(f"wrote {out}: {ref.n_models} models, {len(ref.dataset_names)} datasets, "
           f"{sum(len(e) for e in ref.example_ids)} examples; excluded {len(ref.excluded)}{note}")
     return 0

@@ -20,7 +20,13 @@ import time
 from pathlib import Path
 
 from flasheval.api.sweep import SweepRun, sweep
-from flasheval.cli._options import add_live_options, add_lmeval_live_options, budget_from
+from flasheval.cli._options import (
+    add_live_options,
+    add_lmeval_live_options,
+    add_progress_options,
+    budget_from,
+    step_printer,
+)
 from flasheval.errors import InputError
 from flasheval.placement.sweep import SweepResult
 from flasheval.placement.sweep_run import restrict, run_folder, spread_models
@@ -56,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="live: most checkpoints held in memory at once; the least recently used is unloaded "
                              "(finished examples are never recomputed) (default: 1)")
     add_lmeval_live_options(parser)
+    add_progress_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -101,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
                     n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
                     num_fewshot=args.num_fewshot, dtype=args.dtype, device=args.device, batch_size=args.batch_size,
                     max_loaded=args.max_loaded, output=run_folder(args.output, reference),
-                    progress=lambda p: print(p.message, flush=True) if p.step == "start" else None)
+                    progress=step_printer(args))
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_swept(outcome, start)
     return 0

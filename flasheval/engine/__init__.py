@@ -12,10 +12,12 @@ One job per module:
 * :mod:`~flasheval.engine.hf_forward`  — the scoring forward pass (shared context, or unpadded per request);
 * :mod:`~flasheval.engine.hf_generation` — greedy generation batches;
 * :mod:`~flasheval.engine.hf_loading`  — load a local folder, GGUF file or hub id into the HF backend;
+* :mod:`~flasheval.engine.deferred`    — a spec's model opened without its weights (loaded on the first miss);
 * :mod:`~flasheval.engine.fingerprint` — what identifies a model's weights in the store;
 * :mod:`~flasheval.engine.store`       — the crash-safe results store and the caching wrapper;
 * :mod:`~flasheval.engine.journal`     — the durable append-only journal both stores write;
 * :mod:`~flasheval.engine.distributed` — data parallelism under ``accelerate launch``;
+* :mod:`~flasheval.engine.progress_bar` — the per-batch bar (stderr, main process, terminals only);
 * :mod:`~flasheval.engine.selection`   — an ``evaluate`` run's task plan and each task's selected examples;
 * :mod:`~flasheval.engine.heldout`     — held-out text files and their requests, for validation loss;
 * :mod:`~flasheval.engine.evaluate`    — task examples -> requests -> backend -> per-example scores;

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from flasheval.engine.base import Backend, OnResults
+from flasheval.engine.progress_bar import progress_bar
 from flasheval.engine.store import CachedBackend, ResultStore
 from flasheval.errors import BackendError, FlashevalError
 from flasheval.types import (
@@ -157,11 +158,12 @@ def open_shared_store(store_dir: Path, fingerprint: str, state: Any) -> ResultSt
 
 
 def cached_runner(backend: Backend, store_dir: Path, state: Any, *,
-                  progress: bool = True) -> tuple[CachedBackend, ResultStore]:
+                  progress: bool | None = None) -> tuple[CachedBackend, ResultStore]:
     """``backend`` data-parallel over the launch's processes, behind the results store of ``store_dir``.
 
     The one way every command runs a model: ``evaluate``, ``reference build``, ``place`` and
-    ``sweep``. Close the returned store when done.
+    ``sweep``. ``progress``: the per-batch bar of :class:`DistributedBackend` (``None``: when stderr
+    is a terminal). Close the returned store when done.
     """
     store = open_shared_store(store_dir, backend.fingerprint, state)
     return CachedBackend(DistributedBackend(backend, state=state, progress=progress), store), store
@@ -208,10 +210,15 @@ class DistributedBackend:
     state
         An ``accelerate.PartialState``; created on first use when omitted (one process without a launcher).
     progress
-        Show a progress bar (on the main process only).
+        A bar per call that advances as each forward batch finishes, on the main process only
+        (:func:`~flasheval.engine.progress_bar.progress_bar`: ``None`` shows it when stderr is a terminal,
+        ``False`` never).
+
+    Under one process each batch's results reach ``on_results`` (the store) as the backend finishes
+    it; under several, at the gather after each round of units (the bar still advances per local batch).
     """
 
-    def __init__(self, backend: Backend, *, state: Any = None, progress: bool = False) -> None:
+    def __init__(self, backend: Backend, *, state: Any = None, progress: bool | None = False) -> None:
         self._backend = backend
         self._state = state
         self._progress = progress
@@ -274,25 +281,41 @@ class DistributedBackend:
                 raise ValueError(f"two different requests share the id {request_id(request)}")
             same_id.append(index)
         results: list[Result | None] = [None] * len(requests)
-        bar = self._progress_bar(len(requests), what, state.is_main_process)
+        bar = progress_bar(len(requests), desc=what, enabled=self._progress) if state.is_main_process else None
+
+        def accept(pairs: Sequence[tuple[Any, Result]]) -> list[tuple[int, Result]]:
+            """Fill ``results`` from ``(request id, result)`` pairs; the newly filled ``(index, result)``."""
+            fresh = []
+            for rid, result in pairs:
+                for index in where.get(tuple(rid), ()):  # type: ignore[arg-type]
+                    if results[index] is None:
+                        results[index] = result
+                        fresh.append((index, result))
+            if on_results is not None and fresh:
+                on_results(fresh)
+            return fresh
+
         for start in range(0, len(units), world):
             mine = units[start + rank] if start + rank < len(units) else ()
-            local = method([requests[i] for i in mine]) if mine else []
+            advanced = 0
+
+            def batch_done(pairs: Sequence[tuple[int, Result]]) -> None:
+                # One forward batch of this unit finished: one process stores it now; several wait for the gather.
+                nonlocal advanced
+                n = len(accept([(request_id(r), r) for _, r in pairs])) if world == 1 else len(pairs)
+                advanced += n
+                if bar is not None:
+                    bar.update(n)
+
+            local = method([requests[i] for i in mine], on_results=batch_done) if mine else []
             if world > 1:
                 with _collective(state, f"{what} scoring"):
                     gathered = gather_object([(request_id(result), result) for result in local])
             else:
                 gathered = list(zip(map(request_id, local), local))
-            fresh = []
-            for rid, result in gathered:
-                for index in where.get(tuple(rid), ()):  # type: ignore[arg-type]
-                    if results[index] is None:
-                        results[index] = result
-                        fresh.append((index, result))
+            fresh = accept(gathered)  # what the batches did not report, and the other processes' units
             if bar is not None:
-                bar.update(len(fresh))
-            if on_results is not None and fresh:
-                on_results(fresh)
+                bar.update(max(0, len(fresh) - (advanced if world > 1 else 0)))
         if bar is not None:
             bar.close()
         missing = sum(r is None for r in results)
@@ -300,9 +323,3 @@ class DistributedBackend:
             raise BackendError(f"{missing} request(s) got no result after the gather (duplicate request ids?)")
         return results
 
-    def _progress_bar(self, total: int, what: str, is_main: bool) -> Any:
-        if not (self._progress and is_main and total):
-            return None
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=what, unit="req")

@@ -19,7 +19,7 @@ Everything here is pure given a backend.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ __all__ = [
     "score_outcomes",
     "score_examples",
     "score_through_store",
+    "computed_work",
 ]
 
 
@@ -196,27 +197,73 @@ def score_examples(backend: Backend, task: LiveTask, example_ids: Sequence[str],
     return score_outcomes(task, requests_by_id, score_requests(backend, flat))
 
 
-def score_through_store(backend: Backend, requests: Sequence[Request], store_dir: Path,
-                        state: Any) -> tuple[list[Result], dict[str, Any]]:
+def score_through_store(backend: Backend, requests: Sequence[Request], store_dir: Path, state: Any, *,
+                        progress_bar: bool | None = None,
+                        on_planned: Callable[[int], None] | None = None) -> tuple[list[Result], dict[str, Any]]:
     """Answer ``requests`` through the results store in ``store_dir`` and the data-parallel runner.
 
     The main process opens (and repairs) the store and writes to it; every process reads it.
     ``state`` is accelerate's process state (:func:`flasheval.engine.distributed.make_state`).
-    Returns the results and the counts the run record reports (requests from the store, computed
-    now, scoring seconds).
+    ``progress_bar``: the runner's per-batch bar (``None``: when stderr is a terminal). ``on_planned``
+    is called with the number of requests the store already answers, before anything is scored.
+    Returns the results and the counts the run record reports: requests from the store and computed
+    now, ``computed`` (per request, whether this run computed it: each distinct request once), and
+    ``scoring_seconds`` (the model's load, when it happened during scoring, not included).
     """
     from flasheval.engine.distributed import cached_runner
 
-    engine, store = cached_runner(backend, store_dir, state)
-    n_stored = sum(store.get(r.key) is not None for r in requests)  # the main process's count is the one reported
+    engine, store = cached_runner(backend, store_dir, state, progress=progress_bar)
+    # The main process's store is the one reported (every process plans from it).
+    computed, seen = [], set()
+    for r in requests:
+        computed.append(store.get(r.key) is None and r.key not in seen)
+        seen.add(r.key)
+    n_stored = sum(store.get(r.key) is not None for r in requests)
+    if on_planned is not None:
+        on_planned(n_stored)
     started = time.perf_counter()
+    loaded_before = float(getattr(backend, "load_seconds", 0.0))
     try:
         results = score_requests(engine, requests)
     finally:
         store.close()
+    load_seconds = float(getattr(backend, "load_seconds", 0.0)) - loaded_before
     counts = {
         "n_requests_from_store": n_stored,
         "n_requests_computed": engine.n_computed,
-        "scoring_seconds": time.perf_counter() - started,
+        "computed": computed,
+        "scoring_seconds": time.perf_counter() - started - load_seconds,
     }
     return results, counts
+
+
+def computed_work(requests: Sequence[Request], results: Sequence[Result], computed: Sequence[bool]) -> tuple[int, int]:
+    """``(examples, tokens)`` of the requests a run computed (``computed[i]``), for its rates.
+
+    Tokens are counted per example as :func:`example_tokens` counts them, over its computed requests
+    only (each distinct context once); an example counts when any of its requests was computed.
+    Held-out documents add their tokens, not examples.
+
+    Examples
+    --------
+    >>> req = lambda e, i: LoglikelihoodRequest(task_name="t", example_id=e, choice_index=i, context="Q",
+    ...                                         continuation=f" {i}")
+    >>> res = lambda e, i: LoglikelihoodResult(task_name="t", example_id=e, choice_index=i, logprob_sum=-1.0,
+    ...                                        n_tokens=1, is_greedy=False, n_context_tokens=10)
+    >>> requests = [req("1", 0), req("1", 1), req("2", 0), req("2", 1)]
+    >>> computed_work(requests, [res(r.example_id, r.choice_index) for r in requests], [False, False, False, True])
+    (1, 11)
+    """
+    by_example: dict[tuple[str, str], tuple[list[Request], list[Result]]] = {}
+    tokens = 0
+    for request, result, done in zip(requests, results, computed, strict=True):
+        if not done:
+            continue
+        if isinstance(request, RollingLoglikelihoodRequest):
+            tokens += result.n_tokens  # type: ignore[union-attr]
+            continue
+        pair = by_example.setdefault((request.task_name, request.example_id), ([], []))
+        pair[0].append(request)
+        pair[1].append(result)
+    tokens += sum(example_tokens(reqs, ress) for reqs, ress in by_example.values())
+    return len(by_example), tokens

@@ -48,6 +48,7 @@ from flasheval.engine.planning import (
     encode_continuation,
     group_items,
     pack_groups,
+    prefix_space,
     request_items,
     rolling_windows,
     token_items,
@@ -136,9 +137,8 @@ class HFBackend:
 
     @property
     def prefix_space(self) -> bool:
-        """Whether continuations should carry a leading space: the tokenizer encodes ``" a"`` as
-        one token (GPT-2 / GPT-NeoX / Llama-3 style BPE), llm-foundry's test; SentencePiece does not."""
-        return len(self._tokenizer(" a", add_special_tokens=False).input_ids) == 1
+        """Whether continuations should carry a leading space (:func:`~flasheval.engine.planning.prefix_space`)."""
+        return prefix_space(self._tokenizer)
 
     @property
     def batch_size(self) -> int:

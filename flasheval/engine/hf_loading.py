@@ -1,19 +1,23 @@
 """Load a Hugging Face causal LM (local folder, local GGUF file or hub id) into an :class:`~flasheval.engine.hf.HFBackend`.
 
-Resolves the device and dtype, loads the model and tokenizer, and computes the fingerprint the
-results store keys on. torch, transformers and accelerate are imported inside the functions only.
+Resolves the device and dtype, reads the config and computes the fingerprint the results store
+keys on (:func:`plan_hf_load`: no weights read), then loads the model and tokenizer
+(:func:`load_planned`); :func:`load_hf_backend` does both. torch, transformers and accelerate are
+imported inside the functions only.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flasheval.engine.hf import HFBackend
 from flasheval.errors import BackendError
 
-__all__ = ["DTYPES", "load_hf_backend"]
+__all__ = ["DTYPES", "HFLoadPlan", "plan_hf_load", "load_tokenizer", "count_parameters", "load_planned",
+           "load_hf_backend"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +29,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 def _resolve_device(device: str) -> Any:
     import torch
 
+    from flasheval.engine.devices import check_device
+
+    check_device(device)  # one line for cuda on a CPU build, a GPU index too high, an unknown name
     if device == "auto":
         if torch.cuda.is_available():
             from accelerate import PartialState
@@ -45,6 +52,110 @@ def _resolve_dtype(dtype: str, device: Any) -> tuple[Any, str]:
     if dtype == "auto":
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     return getattr(torch, dtype), dtype
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class HFLoadPlan:
+    """Everything about a model that is known before its weights load: where it is, how it runs, its fingerprint.
+
+    Made by :func:`plan_hf_load` from the config alone (no weights are read), so a caller can tell
+    which stored results are the model's before deciding to load it (:func:`load_planned`).
+    """
+
+    source: str
+    """The local folder (or the folder holding ``gguf_file``), or the hub id."""
+    gguf_file: str | None
+    revision: str | None
+    device: Any
+    """The ``torch.device`` the model runs on."""
+    torch_dtype: Any
+    dtype_name: str
+    """The resolved dtype (``auto`` made concrete)."""
+    max_length: int
+    fingerprint: str
+    config: Any
+    """The model's ``transformers`` config (read from ``config.json`` or the GGUF's metadata)."""
+
+
+def plan_hf_load(
+    target: str,
+    *,
+    gguf_file: str | None = None,
+    revision: str | None = None,
+    dtype: str = "auto",
+    device: str = "auto",
+    max_length: int | None = None,
+) -> HFLoadPlan:
+    """Resolve device and dtype, read the config and compute the fingerprint, without loading any weights.
+
+    Arguments as for :func:`load_hf_backend`; raises the same one-line :class:`BackendError` s for a
+    missing path, an unreadable config or an unpinned hub model.
+    """
+    from flasheval.engine.base import SCORING_VERSION
+    from flasheval.engine.fingerprint import hub_commit, model_fingerprint, path_digest
+
+    path = Path(target).expanduser()
+    is_local = path.exists() or target.startswith(("/", ".", "~")) or gguf_file is not None
+    if is_local:
+        weights = path / gguf_file if gguf_file else path
+        if not weights.exists():
+            raise BackendError(f"model path {str(weights)!r} does not exist")
+        if gguf_file is None and not (path / "config.json").is_file():
+            raise BackendError(f"model folder {str(path)!r} has no config.json (for a GGUF file use gguf:FILE)")
+    torch_device = _resolve_device(device)
+    torch_dtype, dtype_name = _resolve_dtype(dtype, torch_device)
+    source = str(path) if is_local else target
+    config = _from_pretrained("AutoConfig", source, gguf_file, revision)
+    resolved_max = int(max_length or getattr(config, "max_position_embeddings", None) or 2048)
+    commit = None
+    if not is_local:
+        commit = hub_commit(target, revision) or getattr(config, "_commit_hash", None)
+        if commit is None:
+            raise BackendError(f"cannot tell which commit of hub model {target!r} was loaded (no refs/"
+                               f"{revision or 'main'} in the hub cache); name one: hf:{target}@<commit>")
+    fingerprint = model_fingerprint(
+        source="local" if is_local else f"hub:{target}",
+        content_digest=path_digest(path / gguf_file if gguf_file else path) if is_local else None,
+        revision=commit,
+        dtype=dtype_name,
+        max_length=resolved_max,
+        scoring_version=SCORING_VERSION,
+    )
+    return HFLoadPlan(source=source, gguf_file=gguf_file, revision=revision, device=torch_device,
+                      torch_dtype=torch_dtype, dtype_name=dtype_name, max_length=resolved_max,
+                      fingerprint=fingerprint, config=config)
+
+
+def load_tokenizer(plan: HFLoadPlan) -> Any:
+    """The planned model's tokenizer (cheap next to the weights)."""
+    return _from_pretrained("AutoTokenizer", plan.source, plan.gguf_file, plan.revision)
+
+
+def count_parameters(plan: HFLoadPlan) -> int:
+    """Parameters of the planned model, counted on an empty (meta-device) copy: no weights are read.
+
+    Equal to counting the loaded model's ``parameters()`` (tied weights once).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(plan.config)
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int = 32,
+                 share_context: bool = True) -> HFBackend:
+    """Load the weights of ``plan`` (and its tokenizer, unless given) into an :class:`HFBackend`."""
+    if tokenizer is None:
+        tokenizer = load_tokenizer(plan)
+    model = _from_pretrained("AutoModelForCausalLM", plan.source, plan.gguf_file, plan.revision,
+                             config=plan.config, dtype=plan.torch_dtype)
+    model.to(plan.device)
+    model.eval()
+    logger.info("loaded %s on %s in %s (fingerprint %s)", plan.source, plan.device, plan.dtype_name, plan.fingerprint)
+    return HFBackend(model, tokenizer, fingerprint=plan.fingerprint, batch_size=batch_size, max_length=plan.max_length,
+                     share_context=share_context)
 
 
 def load_hf_backend(
@@ -79,54 +190,22 @@ def load_hf_backend(
         The path does not exist, the files do not load (corrupt or unsupported), or the hub
         cannot be reached.
     """
-    from flasheval.engine.base import SCORING_VERSION
-    from flasheval.engine.fingerprint import hub_commit, model_fingerprint, path_digest
-
-    path = Path(target).expanduser()
-    is_local = path.exists() or target.startswith(("/", ".", "~")) or gguf_file is not None
-    if is_local:
-        weights = path / gguf_file if gguf_file else path
-        if not weights.exists():
-            raise BackendError(f"model path {str(weights)!r} does not exist")
-        if gguf_file is None and not (path / "config.json").is_file():
-            raise BackendError(f"model folder {str(path)!r} has no config.json (for a GGUF file use gguf:FILE)")
-    torch_device = _resolve_device(device)
-    torch_dtype, dtype_name = _resolve_dtype(dtype, torch_device)
-    model, tokenizer = _load_pretrained(str(path) if is_local else target, gguf_file, revision, torch_dtype)
-    model.to(torch_device)
-    model.eval()
-    resolved_max = int(max_length or getattr(model.config, "max_position_embeddings", None) or 2048)
-    commit = None
-    if not is_local:
-        commit = hub_commit(target, revision) or getattr(model.config, "_commit_hash", None)
-        if commit is None:
-            raise BackendError(f"cannot tell which commit of hub model {target!r} was loaded (no refs/"
-                               f"{revision or 'main'} in the hub cache); name one: hf:{target}@<commit>")
-    fingerprint = model_fingerprint(
-        source="local" if is_local else f"hub:{target}",
-        content_digest=path_digest(path / gguf_file if gguf_file else path) if is_local else None,
-        revision=commit,
-        dtype=dtype_name,
-        max_length=resolved_max,
-        scoring_version=SCORING_VERSION,
-    )
-    logger.info("loaded %s on %s in %s (fingerprint %s)", target, torch_device, dtype_name, fingerprint)
-    return HFBackend(
-        model, tokenizer, fingerprint=fingerprint, batch_size=batch_size, max_length=resolved_max, share_context=share_context
-    )
+    plan = plan_hf_load(target, gguf_file=gguf_file, revision=revision, dtype=dtype, device=device,
+                        max_length=max_length)
+    return load_planned(plan, batch_size=batch_size, share_context=share_context)
 
 
-def _load_pretrained(source: str, gguf_file: str | None, revision: str | None, torch_dtype: Any) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _from_pretrained(auto_class: str, source: str, gguf_file: str | None, revision: str | None,
+                     **extra: Any) -> Any:
+    """``transformers.<auto_class>.from_pretrained`` of the model's files; any failure is one line."""
+    import transformers
 
     kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
     if revision is not None:
         kwargs["revision"] = revision
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
+        return getattr(transformers, auto_class).from_pretrained(source, **kwargs, **extra)
     except Exception as exc:  # noqa: BLE001 - any load failure (corrupt file, offline hub) is a user error here
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         where = f"{source}/{gguf_file}" if gguf_file else source
         raise BackendError(f"cannot load model {where!r}: {type(exc).__name__}: {reason[:300]}") from exc
-    return model, tokenizer

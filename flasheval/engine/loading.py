@@ -1,4 +1,4 @@
-"""Open a model (a spec's weights, or one held in memory): the backend, and the backend behind the results store.
+"""Open a model (a spec's, or one held in memory): the backend, and the backend behind the results store.
 
 Importing this module does NOT import torch, transformers or accelerate: the Hugging Face
 backend (:mod:`flasheval.engine.hf`) is imported only when a model is opened.
@@ -36,13 +36,16 @@ def open_backend(spec: ModelSpec, **options: Any) -> Backend:
 
 def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "auto", batch_size: int = 32,
                max_length: int | None = None) -> Backend:
-    """The backend of a spec's weights (loaded now) or of a model the caller holds (used as it is).
+    """The backend of a spec's model or of a model the caller holds (used as it is).
 
-    An in-memory model keeps its device and dtype: ``dtype`` is checked against the model's own
-    (``auto`` accepts any); its results are keyed by its identity (:mod:`flasheval.engine.in_memory`).
+    A spec's model is opened without its weights (:class:`~flasheval.engine.deferred.DeferredBackend`:
+    its config, tokenizer and fingerprint now; the weights when the first request has to be computed),
+    so a rerun the results store answers entirely never loads them. An in-memory model keeps its
+    device and dtype: ``dtype`` is checked against the model's own (``auto`` accepts any); its
+    results are keyed by its identity (:mod:`flasheval.engine.in_memory`).
     """
     if isinstance(model, NamedModel):
-        return open_backend(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length)
+        return _deferred(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length)
     if dtype != "auto" and dtype != model.dtype:
         raise InputError(f"the model is in {model.dtype}, not {dtype}: cast it first (e.g. model.to(torch.{dtype}))",
                          field="--dtype")
@@ -54,15 +57,32 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
                      fingerprint=in_memory_fingerprint(model, max_length=length, scoring_version=SCORING_VERSION))
 
 
-def behind_store(backend: Backend, store_dir: Path, state: Any = None) -> tuple[CachedBackend, ResultStore]:
+def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int, max_length: int | None) -> Backend:
+    """A ``hf:`` / ``gguf:`` spec opened without its weights (they load on first use)."""
+    if spec.kind == "replay":
+        raise InputError("replay: models serve recorded scores; use them with placement commands", field="--model")
+    from flasheval.engine.deferred import DeferredBackend
+    from flasheval.engine.hf_loading import plan_hf_load
+
+    if spec.kind == "gguf":
+        path = Path(spec.target).expanduser()
+        plan = plan_hf_load(str(path.parent), gguf_file=path.name, dtype=dtype, device=device, max_length=max_length)
+    else:
+        plan = plan_hf_load(spec.target, revision=spec.revision, dtype=dtype, device=device, max_length=max_length)
+    return DeferredBackend(plan, batch_size=batch_size)
+
+
+def behind_store(backend: Backend, store_dir: Path, state: Any = None, *,
+                 progress: bool | None = False) -> tuple[CachedBackend, ResultStore]:
     """``backend`` behind the results store of ``store_dir``; data-parallel when ``state`` is a launch's.
 
-    Close the returned store when done.
+    ``progress``: the data-parallel runner's per-batch bar (off by default: the callers report
+    their own steps). Close the returned store when done.
     """
     if state is None:
         store = ResultStore(store_dir, fingerprint=backend.fingerprint)
         return CachedBackend(backend, store), store
-    return cached_runner(backend, store_dir, state)
+    return cached_runner(backend, store_dir, state, progress=progress)
 
 
 def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str, device: str = "auto",
@@ -81,6 +101,11 @@ def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dty
 
 
 def n_parameters(backend: Any) -> int | None:
-    """Parameters of a loaded Hugging Face backend's model (``None`` when unknown)."""
+    """Parameters of a Hugging Face backend's model (``None`` when unknown); a deferred backend counts
+    them without loading its weights."""
+    from flasheval.engine.deferred import DeferredBackend
+
+    if isinstance(backend, DeferredBackend):
+        return backend.n_parameters
     model = getattr(backend, "_model", None)
     return None if model is None else int(sum(p.numel() for p in model.parameters()))

@@ -21,6 +21,7 @@ __all__ = [
     "Group",
     "encode_context",
     "encode_continuation",
+    "prefix_space",
     "request_items",
     "token_items",
     "group_items",
@@ -65,6 +66,12 @@ class Group:
         """The group cut into two groups of half its items each (for an out-of-memory back-off)."""
         half = len(self.items) // 2
         return Group(context=self.context, items=self.items[:half]), Group(context=self.context, items=self.items[half:])
+
+
+def prefix_space(tokenizer: Any) -> bool:
+    """Whether continuations should carry a leading space: the tokenizer encodes ``" a"`` as one token
+    (GPT-2 / GPT-NeoX / Llama-3 style BPE), llm-foundry's test; SentencePiece does not."""
+    return len(tokenizer(" a", add_special_tokens=False).input_ids) == 1
 
 
 def encode_context(tokenizer: Any, text: str, *, start_id: int) -> list[int]:

@@ -45,13 +45,15 @@ class OpenedModel:
 
 def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str = "float32",
                       device: str = "auto", batch_size: int = 32, max_length: int | None = None,
-                      state: Any = None) -> OpenedModel:
+                      state: Any = None, progress_bar: bool | None = None) -> OpenedModel:
     """Load ``model`` and wrap it as an lm-eval model behind the results store in ``store_dir``.
 
     ``max_length`` is lm-eval's maximum input length (default: what lm-eval's HF backend reads
     from the model's config); the HF backend is opened to keep one more token, as lm-eval does.
     ``state`` is the launch's process state; when omitted it is made here under a launch of several
-    processes (:func:`~flasheval.engine.distributed.launch_state`).
+    processes (:func:`~flasheval.engine.distributed.launch_state`). ``progress_bar``: the lm-eval model's
+    per-batch bar (:class:`~flasheval.lmeval.model.FlashevalLM`), on the main process only. A spec's
+    weights load on the first request the store cannot answer.
     """
     state = launch_state() if state is None else state
     if max_length is not None:
@@ -62,6 +64,8 @@ def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype
         length = resolve_lmeval_max_length(model.spec)
     hf = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=length + 1)
     cached, store = behind_store(LmEvalConventionBackend(hf, max_length=length), store_dir, state)
-    lm = FlashevalLM(cached, tokenizer=hf.tokenizer, max_length=length, model_id=model.model_id)  # type: ignore[attr-defined]
+    is_main = state is None or state.is_main_process
+    lm = FlashevalLM(cached, tokenizer=hf.tokenizer,  # type: ignore[attr-defined]
+                     max_length=length, model_id=model.model_id, progress_bar=progress_bar if is_main else False)
     return OpenedModel(lm=lm, cached=cached, store=store, backend=hf, n_parameters=n_parameters(hf),
-                       is_main_process=state is None or state.is_main_process)
+                       is_main_process=is_main)

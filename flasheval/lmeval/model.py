@@ -20,6 +20,7 @@ from typing import Any
 
 from flasheval.engine.base import Backend
 from flasheval.engine.evaluate import example_tokens
+from flasheval.engine.progress_bar import progress_bar
 from flasheval.errors import InputError
 from flasheval.lmeval._install import require_lm_eval
 from flasheval.types import GenerationRequest, LoglikelihoodRequest, RollingLoglikelihoodRequest
@@ -52,6 +53,10 @@ class FlashevalLM:
         lm-eval's maximum input length (logged by lm-eval).
     model_id
         Name of the model, for lm-eval's logs.
+    progress_bar
+        A bar per lm-eval call (``loglikelihood``, ...) that advances as each batch finishes (stored answers at
+        once): ``None`` (default) shows it when stderr is a terminal or in a notebook, ``True`` always,
+        ``False`` never; lm-eval's ``disable_tqdm=True`` turns it off for that call.
 
     Examples
     --------
@@ -59,7 +64,7 @@ class FlashevalLM:
     """
 
     def __init__(self, backend: Backend, *, tokenizer: Any = None, max_length: int | None = None,
-                 model_id: str = "flasheval") -> None:
+                 model_id: str = "flasheval", progress_bar: bool | None = None) -> None:
         _register_class(FlashevalLM)
         from lm_eval.api.model import CacheHook
 
@@ -67,6 +72,7 @@ class FlashevalLM:
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.model_id = model_id
+        self.progress_bar = progress_bar
         self.cache_hook = CacheHook(None)
         self.n_requests = 0
         self.doc_tokens: dict[tuple[str, str], int] = {}
@@ -101,12 +107,22 @@ class FlashevalLM:
         for key, (reqs, ress) in by_doc.items():
             self.doc_tokens[key] = self.doc_tokens.get(key, 0) + example_tokens(reqs, ress)
 
+    def _answer(self, method: Any, flat: Sequence[Any], what: str, disable_tqdm: bool) -> list[Any]:
+        """``method(flat)`` with the per-batch bar (see ``progress_bar``)."""
+        bar = progress_bar(len(flat), desc=what, enabled=False if disable_tqdm else self.progress_bar)
+        if bar is None:
+            return method(flat)
+        try:
+            return method(flat, on_results=lambda pairs: bar.update(len(pairs)))
+        finally:
+            bar.close()
+
     def loglikelihood(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """``(log-likelihood, is_greedy)`` of each ``(context, continuation)``."""
         flat = [LoglikelihoodRequest(task_name=self._task(r), example_id=str(i), choice_index=0, context=r.args[0],
                                      continuation=r.args[1]) for i, r in enumerate(requests)]
         self.n_requests += len(flat)
-        results = self._backend.loglikelihood(flat)
+        results = self._answer(self._backend.loglikelihood, flat, "loglikelihood", disable_tqdm)
         self._count(requests, flat, results)
         return [(float(x.logprob_sum), bool(x.is_greedy)) for x in results]
 
@@ -115,7 +131,7 @@ class FlashevalLM:
         flat = [RollingLoglikelihoodRequest(task_name=self._task(r), example_id=str(i), text=r.args[0])
                 for i, r in enumerate(requests)]
         self.n_requests += len(flat)
-        results = self._backend.loglikelihood_rolling(flat)
+        results = self._answer(self._backend.loglikelihood_rolling, flat, "loglikelihood_rolling", disable_tqdm)
         self._count(requests, flat, results)
         return [float(x.logprob_sum) for x in results]
 
@@ -135,7 +151,7 @@ class FlashevalLM:
             flat.append(GenerationRequest(task_name=self._task(r), example_id=str(i), context=context,
                                           stop_sequences=tuple(until), max_new_tokens=int(kwargs["max_gen_toks"])))
         self.n_requests += len(flat)
-        results = self._backend.generate(flat)
+        results = self._answer(self._backend.generate, flat, "generate_until", disable_tqdm)
         self._count(requests, flat, results)
         return [x.text for x in results]
 

@@ -26,7 +26,7 @@ the full-data rank.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -202,12 +202,15 @@ def backtest(
     aggregate: str | None = None,
     methods: Sequence[str] = METHODS,
     looks: dict[tuple[str, TierPlan], LookPlan] | None = None,
+    on_model: Callable[[BacktestRow, int, int], None] | None = None,
 ) -> BacktestResult:
     """Leave-one-out placement of every reference model under ``methods`` (see the module docstring).
 
     ``flash_helm_plan``: the fixed schedule of the ``flash_helm`` method (needed only when it runs).
     ``looks``: a dict the caller keeps across seeds; each pool's looks (and their calibrated
     constant, the costly part) are computed once per held-out model and plan and stored there.
+    ``on_model``: called as each held-out model's placements finish, with its adaptive row, the
+    models done and the number of models (progress).
     """
     for m in methods:
         if m not in ALL_METHODS:
@@ -234,6 +237,8 @@ def backtest(
                                aggregate=aggregate, looks=plan_looks)
                 rows[method].append(_from_placement(model_id, full[model_id], result, plan))
                 counts.setdefault(model_id, result.stages[-1].n_examples)
+        if on_model is not None:
+            on_model(rows["adaptive"][-1], len(rows["adaptive"]), reference.n_models)
     sizes = [len(e) for e in reference.example_ids]
     if "uniform" in methods:
         per_dataset = uniform_allocation(float(np.mean([r.n_examples for r in rows["adaptive"]])), sizes)

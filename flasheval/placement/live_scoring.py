@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from flasheval.engine.devices import check_device
 from flasheval.engine.in_memory import LoadedModel
 from flasheval.engine.loading import n_parameters, open_cached_backend
 from flasheval.engine.specs import NamedModel
@@ -81,8 +82,7 @@ class LiveOptions:
             raise InputError(f"unknown dtype {self.dtype!r}", field="--dtype", allowed=DTYPES)
         if self.num_fewshot is not None and (not isinstance(self.num_fewshot, int) or self.num_fewshot < 0):
             raise InputError(f"must be an integer >= 0, got {self.num_fewshot!r}", field="--num-fewshot")
-        if self.device is not None and (not isinstance(self.device, str) or not self.device.strip()):
-            raise InputError(f"must be a device name (auto, cpu, cuda, cuda:N), got {self.device!r}", field="--device")
+        check_device(self.device)
 
     def check_model(self, model: LiveModel) -> None:
         """Refuse options that do not apply to ``model`` (before anything loads)."""
@@ -92,7 +92,11 @@ class LiveOptions:
 
 
 class OpenedScorer:
-    """A live model loaded behind its results store, as the controller's scorer.
+    """A live model opened behind its results store, as the controller's scorer.
+
+    A spec's weights load on the first request the store cannot answer
+    (:class:`~flasheval.engine.deferred.DeferredBackend`): a placement served entirely by the store
+    loads nothing.
 
     Attributes
     ----------
@@ -100,22 +104,31 @@ class OpenedScorer:
         The :class:`~flasheval.placement.scorers.ExampleScorer` (``asked_json()``, ``examples_json()``).
     fingerprint
         What keys the model's stored results.
-    load_seconds
-        Wall seconds the load took.
     backend
-        The loaded model's backend (an :class:`~flasheval.engine.hf.HFBackend`).
+        The model's backend (a :class:`~flasheval.engine.deferred.DeferredBackend` for a spec, an
+        :class:`~flasheval.engine.hf.HFBackend` for a model held in memory).
     """
 
-    __slots__ = ("scorer", "fingerprint", "load_seconds", "backend", "_cached", "_close")
+    __slots__ = ("scorer", "fingerprint", "_open_seconds", "backend", "_cached", "_close")
 
     def __init__(self, scorer: Any, *, fingerprint: str, load_seconds: float, backend: Any, cached: Any,
                  close: Any) -> None:
         self.scorer = scorer
         self.fingerprint = fingerprint
-        self.load_seconds = load_seconds
+        self._open_seconds = load_seconds
         self.backend = backend
         self._cached = cached
         self._close = close
+
+    @property
+    def load_seconds(self) -> float:
+        """Wall seconds opening took, plus the weights' load when they have loaded."""
+        return self._open_seconds + float(getattr(self.backend, "load_seconds", 0.0))
+
+    @property
+    def is_loaded(self) -> bool:
+        """Whether the model's weights are in memory (a model held in memory always is)."""
+        return bool(getattr(self.backend, "is_loaded", True))
 
     @property
     def n_parameters(self) -> int | None:
@@ -225,7 +238,7 @@ class LmEvalScoring:
         _check_dtype(model, self.dtype, self.reference.name)
         start = time.perf_counter()
         opened = open_lmeval_model(model, store_dir, dtype=self.dtype, device=options.device or "auto",
-                                   batch_size=options.batch_size, state=state)
+                                   batch_size=options.batch_size, state=state, progress_bar=False)  # stage lines
         scorer = LmEvalScorer(opened.lm, self.lmeval.settings, include_path=self.lmeval.include_path,
                               n_parameters=n_params if n_params is not None else opened.n_parameters)
         return OpenedScorer(scorer, fingerprint=opened.cached.fingerprint, load_seconds=time.perf_counter() - start,

@@ -22,7 +22,7 @@ from flasheval.placement.stop_rule import window_fits
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
 
-__all__ = ["LookPlan", "look_plan", "for_budget", "stage_targets"]
+__all__ = ["LookPlan", "look_plan", "for_budget", "stage_targets", "first_look"]
 
 
 def stage_targets(stage_size: int | None, sizes: list[int], *, allocation: str = "uniform",
@@ -89,21 +89,40 @@ def look_plan(reference: ReferenceLeaderboard, plan: TierPlan, aggregate: str | 
     """
     sizes = [len(ids) for ids in reference.example_ids]
     inputs = _allocation_inputs(reference, aggregate)
-    split = {} if plan.allocation == "uniform" else {"allocation": plan.allocation, "minimum": max(1, (plan.stages[0] or 2) // 2),
-                                                      **inputs}
-    stages, targets, scored = [], [], [0] * len(sizes)
-    for k, stage_size in enumerate(plan.stages):
-        t = stage_targets(stage_size, sizes, scored=scored, **split)
-        if t == scored:
-            continue  # this stage adds no example (datasets smaller than the stage)
-        stages.append(k)
-        targets.append(tuple(t))
-        scored = t
+    stages, targets = _look_targets(sizes, plan, inputs)
     variances = tuple(allocation_variance(t, sizes, spreads=inputs["spreads"], weights=inputs["weights"]) for t in targets)
     levels = plan.look_levels(variances)
     if plan.correction == "calibrated" and reference.aggregate_options(aggregate)["kind"] != "win_rate":
         levels = _calibrated_levels(reference, plan, variances, aggregate, low_rank)
     return LookPlan(stages=tuple(stages), targets=tuple(targets), variances=variances, levels=levels)
+
+
+def _look_targets(sizes: list[int], plan: TierPlan,
+                  inputs: dict[str, Any] | None) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """The looks' stages (indices into ``plan.stages``) and examples per dataset; a stage that adds no
+    example (datasets smaller than it) is not a look. ``inputs``: :func:`_allocation_inputs` (needed
+    unless the allocation is uniform)."""
+    split = {} if plan.allocation == "uniform" else {"allocation": plan.allocation, "minimum": max(1, (plan.stages[0] or 2) // 2),
+                                                      **(inputs or {})}
+    stages, targets, scored = [], [], [0] * len(sizes)
+    for k, stage_size in enumerate(plan.stages):
+        t = stage_targets(stage_size, sizes, scored=scored, **split)
+        if t == scored:
+            continue
+        stages.append(k)
+        targets.append(tuple(t))
+        scored = t
+    return tuple(stages), tuple(targets)
+
+
+def first_look(reference: ReferenceLeaderboard, plan: TierPlan,
+               aggregate: str | None = None) -> tuple[int, tuple[int, ...]]:
+    """The stage (index into ``plan.stages``) and examples per dataset of the first look: what every run
+    scores first (the first of :func:`look_plan`'s looks, without computing the levels)."""
+    sizes = [len(ids) for ids in reference.example_ids]
+    inputs = None if plan.allocation == "uniform" else _allocation_inputs(reference, aggregate)
+    stages, targets = _look_targets(sizes, plan, inputs)
+    return stages[0], targets[0]
 
 
 def for_budget(plan: TierPlan, budget: Budget) -> TierPlan:

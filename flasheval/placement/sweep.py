@@ -47,7 +47,8 @@ from flasheval.stats.ranking import aggregate as aggregate_values
 from flasheval.stats.ranking import competition_ranks
 from flasheval.stats.sampling import example_order
 
-__all__ = ["SweepStage", "CheckpointResult", "OrderEntry", "SweepResult", "sweep", "checkpoint_order", "STATUSES"]
+__all__ = ["SweepStage", "CheckpointResult", "OrderEntry", "SweepResult", "sweep", "check_sweep_budget", "checkpoint_order",
+           "STATUSES"]
 
 logger = logging.getLogger(__name__)
 
@@ -216,8 +217,11 @@ def _projected(c: _Checkpoint, targets: list[int], state: list[_Checkpoint]) -> 
     return examples + extra, tokens + rate * extra
 
 
-def _check_budget(budget: Budget, plan: TierPlan, sizes: list[int], n_checkpoints: int) -> None:
-    first = sum(stage_targets(plan.stages[0], sizes))
+def check_sweep_budget(budget: Budget, plan: TierPlan, reference: ReferenceLeaderboard, n_checkpoints: int) -> None:
+    """Refuse a budget smaller than one first stage for every checkpoint (``reference``: the pool, held out);
+    :func:`sweep` checks it too, callers check it before they write anything."""
+    plan = plan.for_pool(reference.n_models + 1)
+    first = sum(stage_targets(plan.stages[0], [len(ids) for ids in reference.example_ids]))
     if budget.max_examples is not None and budget.max_examples < first * n_checkpoints:
         raise InputError(f"budget of {budget.max_examples} examples is smaller than one stage for every checkpoint "
                          f"({n_checkpoints} x {first} = {first * n_checkpoints} examples for stage 1 of plan {plan.name})",
@@ -379,9 +383,9 @@ def sweep(
     """
     if not scorers:
         raise InputError("no checkpoints to sweep", field="--models")
+    check_sweep_budget(budget, plan, reference, len(scorers))
     plan = plan.for_pool(reference.n_models + 1)
     sizes = [len(ids) for ids in reference.example_ids]
-    _check_budget(budget, plan, sizes, len(scorers))
     orders, positions = [], []
     for name, ids in zip(reference.dataset_names, reference.example_ids):
         orders.append(example_order(ids, seed=seed, task_name=name))

@@ -108,16 +108,16 @@ class CheckpointPool:
         self._loaded[model_id] = opened
         self.peak_loaded = max(self.peak_loaded, len(self._loaded))
         self.loads[model_id] += 1
-        self.load_seconds[model_id] += time.perf_counter() - start
         self.fingerprints[model_id] = opened.fingerprint
         self.scorers[model_id].n_parameters = opened.n_parameters
-        logger.info("loaded %s (load %d, %.1f s)", model_id, self.loads[model_id], time.perf_counter() - start)
+        logger.info("opened %s (open %d, %.1f s)", model_id, self.loads[model_id], time.perf_counter() - start)
         return opened
 
     def _evict(self, model_id: str) -> None:
         """Close the checkpoint's request store and free its weights."""
         opened = self._loaded.pop(model_id)
         self._computed[model_id] += opened.requests_computed
+        self.load_seconds[model_id] += opened.load_seconds  # opening, and the weights' load if a request needed them
         opened.close()
         del opened
         gc.collect()

@@ -105,7 +105,8 @@ def check_token_budget(reference: ReferenceLeaderboard, budget: Budget) -> None:
     if budget.max_tokens is not None or budget.max_flops is not None:
         if any(t is None for t in reference.n_tokens):
             raise InputError(f"reference {reference.name!r} records no token counts, so a token or FLOPs budget "
-                             "cannot be checked; use --budget-examples", field="--budget-tokens")
+                             "cannot be checked; use --budget-examples",
+                             field="--budget-tokens" if budget.max_tokens is not None else "--budget-flops")
 
 
 def run_folder(output: str | None, reference: ReferenceLeaderboard) -> Path:

@@ -71,6 +71,7 @@ from typing import Any
 
 import yaml
 
+from flasheval.data_paths import embedded_data_dir
 from flasheval.errors import ConfigError, UnknownNameError
 from flasheval.placement.allocation import ALLOCATIONS
 from flasheval.stats.bootstrap import ESTIMATORS
@@ -222,11 +223,12 @@ class TierPlan:
 
 
 def _tiers_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "tiers"
+    return embedded_data_dir("tiers")
 
 
 def resolve_tier_plan(name: str | os.PathLike[str]) -> Path:
-    """A plan file: an existing path, or ``<repo>/tiers/NAME.yaml``."""
+    """A plan file: an existing path, or ``NAME.yaml`` among the embedded plans (``<repo>/tiers/`` in a
+    checkout, the installed package's copy otherwise: :func:`flasheval.data_paths.embedded_data_dir`)."""
     direct = Path(name)
     if direct.is_file():
         return direct
@@ -303,6 +305,10 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
     path = resolve_tier_plan(name)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:  # unreadable (permissions, a folder, an I/O error): one line naming the file
+        raise ConfigError(f"cannot read the tier plan ({exc.strerror or exc})", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (byte {exc.start + 1})", path=path) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ConfigError(f"not valid YAML ({getattr(exc, 'problem', exc)})", path=path,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +36,15 @@ from flasheval.stats.sampling import example_order, nested_prefix
 from flasheval.tasks import LiveTask, Suite
 
 __all__ = ["BuildResult", "select_example_ids", "score_model", "build_reference", "write_built_reference",
-           "BUILD_LOG_FILE"]
+           "BUILD_LOG_FILE", "OnModel"]
 
 logger = logging.getLogger(__name__)
 
 BUILD_LOG_FILE = "build.json"
 """The build's run record (settings, seconds, every scored example), written in the work folder."""
+
+OnModel = Callable[[str, int, int, float, int], None]
+"""Progress of a build: ``(model_id, models done, models in all, wall seconds, requests computed)`` per model."""
 
 
 def select_example_ids(task: LiveTask, *, seed: int, n_examples: int | None) -> tuple[str, ...]:
@@ -79,11 +82,13 @@ class BuildResult:
 
 def build_reference(models: Sequence[NamedModel], tasks: Sequence[LiveTask], *, suite: str, seed: int,
                     n_examples: int | None, dtype: str, store_dir: Path, prefix_space: bool = True,
-                    device: str = "auto", batch_size: int = 32, task_dir: str = "", state: Any = None) -> BuildResult:
+                    device: str = "auto", batch_size: int = 32, task_dir: str = "", state: Any = None,
+                    on_model: OnModel | None = None) -> BuildResult:
     """Score every model on every task's selected examples (through the store) and collect the results.
 
     ``state`` is the launch's process state (:func:`flasheval.engine.distributed.launch_state`),
-    ``None`` for one process.
+    ``None`` for one process. ``on_model`` is called as each model is scored (progress); a model's
+    weights load only when one of its requests is not in the store.
     """
     check_model_files(models)
     example_ids = {t.name: select_example_ids(t, seed=seed, n_examples=n_examples) for t in tasks}
@@ -107,6 +112,8 @@ def build_reference(models: Sequence[NamedModel], tasks: Sequence[LiveTask], *, 
         rows += [{"model": model.model_id, "dataset": o.task_name, "example_id": o.example_id, "score": o.score,
                   "n_tokens": o.n_tokens} for o in scored]
         logger.info("%s: %d examples in %.1f s", model.model_id, len(scored), seconds[model.model_id])
+        if on_model is not None:
+            on_model(model.model_id, len(outcomes), len(models), seconds[model.model_id], computed[model.model_id])
     settings = BuildSettings(
         suite=suite, tasks=tuple(t.name for t in tasks), seed=seed, n_examples=n_examples, prefix_space=prefix_space,
         dtype=dtype, task_sha256={t.name: t.sha256 for t in tasks},

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flasheval.data_paths import embedded_data_dir, running_from_checkout
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.hashing import file_sha256
 from flasheval.records import atomic_write_text
@@ -53,6 +57,7 @@ __all__ = [
     "references_root",
     "MANIFEST_FILE",
     "SCORES_FILE",
+    "UNIT_METRICS",
 ]
 
 FORMAT_VERSION = 1
@@ -64,12 +69,19 @@ _MANIFEST_KEYS = {
     "format_version", "name", "source", "licence", "metric", "higher_is_better", "aggregate",
     "example_counts", "random_baselines", "files", "built_with", "build", "notes",
 }
+UNIT_METRICS = frozenset({
+    "acc", "acc_norm", "accuracy", "correct", "exact_match", "quasi_exact_match", "prefix_exact_match",
+    "quasi_prefix_exact_match", "final_number_exact_match", "math_equiv", "math_equiv_chain_of_thought",
+})
+"""Per-example metrics whose scores lie in ``[0, 1]`` (0/1 correctness, accuracy); a score outside is refused."""
+_UNIT_WORDS = re.compile(r"0/1|accuracy|correctness|exact[_ ]match", re.IGNORECASE)
 _MANIFEST_REQUIRED = {"format_version", "name", "source", "licence", "metric", "higher_is_better",
                       "aggregate", "example_counts", "files"}
 
 
 def repo_root() -> Path:
-    """The parent of the ``flasheval`` package folder (the checkout, installed editable)."""
+    """The parent of the ``flasheval`` package folder: the checkout when run from one (in an installed
+    wheel, ``site-packages``). Embedded references are found by :func:`references_root`, not here."""
     return Path(__file__).resolve().parents[2]
 
 
@@ -221,16 +233,30 @@ class ReferenceLeaderboard:
 
 def references_root(override: str | os.PathLike[str] | None = None) -> Path:
     """Where a new reference folder is written: ``override``, else ``$FLASHEVAL_REFERENCES``, else
-    ``<repo>/reference_rankings``."""
-    return Path(override or os.environ.get("FLASHEVAL_REFERENCES") or repo_root() / "reference_rankings")
+    ``<checkout>/reference_rankings`` when running from a checkout, else ``./reference_rankings`` in
+    the working folder (an installed package's own folder is package data, never written to)."""
+    if override or os.environ.get("FLASHEVAL_REFERENCES"):
+        return Path(override or os.environ["FLASHEVAL_REFERENCES"])
+    return embedded_data_dir("reference_rankings") if running_from_checkout() else Path("reference_rankings")
+
+
+def _search_roots() -> list[Path]:
+    """Where a reference named by ``NAME`` is looked for, in order: ``$FLASHEVAL_REFERENCES``, the default
+    folder new references are written to (:func:`references_root`), the embedded references."""
+    roots = [Path(p) for p in (os.environ.get("FLASHEVAL_REFERENCES"),) if p]
+    for root in (references_root(), embedded_data_dir("reference_rankings")):
+        if root not in roots:
+            roots.append(root)
+    return roots
 
 
 def resolve_reference(name: str | os.PathLike[str]) -> Path:
-    """Folder of a reference: a path, ``$FLASHEVAL_REFERENCES/NAME`` or ``<repo>/reference_rankings/NAME``."""
+    """Folder of a reference: a path, else ``NAME`` under the first of :func:`_search_roots` that has it
+    (``$FLASHEVAL_REFERENCES``, ``./reference_rankings`` for an installed package, the embedded references)."""
     direct = Path(name)
     if direct.is_dir():
         return direct
-    roots = [Path(p) for p in (os.environ.get("FLASHEVAL_REFERENCES"),) if p] + [repo_root() / "reference_rankings"]
+    roots = _search_roots()
     for root in roots:
         if (root / str(name)).is_dir():
             return root / str(name)
@@ -243,7 +269,9 @@ def _read_manifest(path: Path) -> ReferenceManifest:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError("manifest not found", path=path) from None
-    except json.JSONDecodeError as exc:
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror or exc})", path=path) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"not valid JSON ({exc})", path=path) from None
     if not isinstance(data, dict):
         raise InputError("manifest must be a JSON object", path=path)
@@ -264,24 +292,76 @@ def _read_manifest(path: Path) -> ReferenceManifest:
         raise InputError(exc.reason, path=path, field=exc.field or "aggregate") from None
 
 
-def _check_frame(df: pd.DataFrame, path: Path) -> pd.DataFrame:
-    for col in _REQUIRED_COLUMNS:
-        if col not in df.columns:
-            raise InputError("missing column", path=path, field=col, allowed=_REQUIRED_COLUMNS)
+def _row(df: pd.DataFrame, mask: np.ndarray) -> tuple[pd.Series, str]:
+    """The first row where ``mask`` holds, and what names it: ``"row N: "`` (1-based) from an integer index
+    (a parquet file's rows), the label itself from a string index (``FILE:LINE`` of lm-eval samples)."""
+    label = df.index[mask][0]
+    where = f"row {int(label) + 1}: " if isinstance(label, (int, np.integer)) else f"{label}: " if label else ""
+    return df[mask].iloc[0], where
+
+
+def _rows(mask: np.ndarray) -> str:
+    n = int(mask.sum())
+    return f"{n} such row{'s' if n > 1 else ''}"
+
+
+def _shown(value: Any) -> str:
+    """A score as the user wrote it (``7.0``, ``nan``, ``'abc'``), not numpy's repr."""
+    numeric = isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+    return repr(float(value)) if numeric else repr(value)
+
+
+def _check_frame(df: pd.DataFrame, path: Path | None) -> pd.DataFrame:
+    absent = [col for col in _REQUIRED_COLUMNS if col not in df.columns]
+    if absent:
+        raise InputError(f"missing column (columns found: {', '.join(map(str, df.columns)) or 'none'})", path=path,
+                         field=absent[0], allowed=_REQUIRED_COLUMNS)
     df = df.astype({"model": str, "dataset": str, "example_id": str})
     score = pd.to_numeric(df["score"], errors="coerce")
     bad = ~np.isfinite(score.to_numpy(dtype=np.float64))
     if bad.any():
-        row = df[bad].iloc[0]
-        raise InputError(f"non-numeric or non-finite score for {row['model']} / {row['dataset']} / "
-                         f"{row['example_id']} ({int(bad.sum())} rows)", path=path, field="score")
+        row, where = _row(df, bad)
+        raise InputError(f"{where}non-numeric or non-finite score for {row['model']} / {row['dataset']} / "
+                         f"{row['example_id']}: {_shown(row['score'])} ({_rows(bad)})", path=path, field="score")
     df = df.assign(score=score.astype(np.float64))
-    dup = df.duplicated(["model", "dataset", "example_id"])
+    dup = df.duplicated(["model", "dataset", "example_id"]).to_numpy()
     if dup.any():
-        row = df[dup].iloc[0]
-        raise InputError(f"duplicate row for model {row['model']!r}, dataset {row['dataset']!r}, example "
+        row, where = _row(df, dup)
+        raise InputError(f"{where}duplicate row for model {row['model']!r}, dataset {row['dataset']!r}, example "
                          f"{row['example_id']!r} ({int(dup.sum())} duplicates)", path=path)
     return df
+
+
+def _check_score_range(df: pd.DataFrame, path: Path | None, metric: str) -> None:
+    """Refuse a score outside ``[0, 1]`` where the metric is declared or plainly 0/1 (a continuous one passes).
+
+    What declares it: a per-row ``metric`` column naming one of :data:`UNIT_METRICS`; else the
+    manifest's ``metric`` text (``0/1``, ``accuracy``, ``correctness``, ``exact match``); else the
+    data itself, when every other score is exactly 0 or 1. A ``metric`` text with the word
+    ``continuous`` declares the scores unbounded.
+    """
+    if re.search(r"\bcontinuous\b", metric, re.IGNORECASE):
+        return
+    score = df["score"].to_numpy(dtype=np.float64)
+    outside = (score < 0.0) | (score > 1.0)
+    if not outside.any():
+        return
+    if "metric" in df.columns:
+        names = df["metric"].astype(str).to_numpy()
+        outside &= np.isin(names, sorted(UNIT_METRICS))
+        why = f"metric {names[outside][0]!r} is per-example 0/1 or accuracy" if outside.any() else ""
+    elif _UNIT_WORDS.search(metric):
+        why = f"the metric is {metric!r}"
+    elif np.isin(score[~outside], (0.0, 1.0)).all() and outside.sum() <= max(1, len(score) // 100):
+        why = "every other score is 0 or 1"
+    else:
+        return
+    if outside.any():
+        row, where = _row(df, outside)
+        raise InputError(f"{where}score {_shown(row['score'])} for {row['model']} / {row['dataset']} / "
+                         f"{row['example_id']} is outside [0, 1] ({why}; {_rows(outside)}); fix the data, or for a "
+                         "continuous metric say so in the metric description (e.g. --metric-description "
+                         "'continuous ...')", path=path, field="score")
 
 
 def _dataset_matrix(group: pd.DataFrame, dataset: str, path: Path) -> tuple[tuple[str, ...], np.ndarray, list[str], np.ndarray | None]:
@@ -322,15 +402,50 @@ def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-mod
         fpath = folder / fname
         if not fpath.is_file():
             raise InputError("data file listed in the manifest is missing", path=fpath)
-        if file_sha256(fpath) != digest:
+        try:
+            actual = file_sha256(fpath)
+        except OSError as exc:
+            raise InputError(f"cannot read ({exc.strerror or exc})", path=fpath) from None
+        if actual != digest:
             raise InputError(f"checksum mismatch (manifest says sha256 {digest[:12]}...); the file was changed "
                              "or corrupted", path=fpath)
-    df = _check_frame(pd.read_parquet(scores_path), scores_path)
-    return _assemble(df, manifest, folder, missing)
+    try:
+        frame = pd.read_parquet(scores_path)
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror or exc})", path=scores_path) from None
+    return _assemble(_check_frame(frame, scores_path), manifest, folder, missing)
 
 
-def _assemble(df: pd.DataFrame, manifest: ReferenceManifest, folder: Path, missing: str) -> ReferenceLeaderboard:
-    scores_path = folder / SCORES_FILE
+def _pool_problem(name: str, missing: str, all_models: list[str], data_sets: list[str],
+                  has: dict[str, set[str]]) -> str:
+    """Why the ``missing`` policy leaves fewer than 2 models or no dataset, the models it drops, and what fixes it."""
+    lacking = {m: [d for d in data_sets if m not in has[d]] for m in all_models}
+    complete = [m for m in all_models if not lacking[m]]
+    common = [d for d in data_sets if len(has[d]) == len(all_models)]
+    if len(all_models) < 2:
+        return f"reference {name!r} needs at least 2 models, the data has {len(all_models)} ({', '.join(all_models)})"
+    mixed = "the rows mix model sets (e.g. several suites in one file): keep one (reference import --suite)"
+    if missing == "complete-models":
+        dropped = [m for m in all_models if lacking[m]]
+        shown = "; ".join(f"{m} lacks {', '.join(lacking[m][:3])}{' ...' if len(lacking[m]) > 3 else ''}"
+                          for m in dropped[:3]) + (f"; and {len(dropped) - 3} more" if len(dropped) > 3 else "")
+        fix = (f"--missing common-datasets keeps all {len(all_models)} models on the {len(common)} datasets they all "
+               f"have ({', '.join(common[:4])}{' ...' if len(common) > 4 else ''})" if common
+               else f"no dataset has every model either: {mixed}")
+        return (f"reference {name!r} needs at least 2 models with every dataset; the 'complete-models' policy keeps "
+                f"{len(complete)} of {len(all_models)} (dropped {len(dropped)}: {shown}); {fix}")
+    coverage = ", ".join(f"{d} {len(has[d])}" for d in data_sets[:4]) + (" ..." if len(data_sets) > 4 else "")
+    fix = (f"--missing complete-models keeps the {len(complete)} models with every dataset" if len(complete) >= 2
+           else mixed)
+    return (f"reference {name!r}: the 'common-datasets' policy keeps no dataset, none has all {len(all_models)} "
+            f"models (models per dataset: {coverage}); {fix}")
+
+
+def _assemble(df: pd.DataFrame, manifest: ReferenceManifest, folder: Path, missing: str, *,
+              source: Path | None = None) -> ReferenceLeaderboard:
+    """The leaderboard of a checked frame under the ``missing`` policy; errors name ``source`` when given
+    (the input a frame being written came from), else the reference's own files."""
+    scores_path = source or folder / SCORES_FILE
     data_sets = sorted(df["dataset"].unique())
     if set(data_sets) != set(manifest.example_counts):
         raise InputError(f"datasets in the data {data_sets} differ from the manifest's "
@@ -356,6 +471,8 @@ def _assemble(df: pd.DataFrame, manifest: ReferenceManifest, folder: Path, missi
         pool = all_models
         kept = [d for d in data_sets if len(has[d]) == len(all_models)]
         excluded = [(d, f"only {len(has[d])} of {len(all_models)} models") for d in data_sets if d not in kept]
+    if len(pool) < 2 or not kept:
+        raise InputError(_pool_problem(manifest.name, missing, all_models, data_sets, has), path=source or folder)
     scores, tokens = [], []
     for d in kept:
         ids, mat, models, tok = per_dataset[d]
@@ -372,28 +489,97 @@ def _assemble(df: pd.DataFrame, manifest: ReferenceManifest, folder: Path, missi
 def write_reference(folder: str | os.PathLike[str], frame: pd.DataFrame, *, name: str, source: str, licence: str,
                     metric: str, higher_is_better: bool = True, aggregate: str = "mean",
                     random_baselines: Mapping[str, float] | None = None, built_with: str = "",
-                    build: Mapping[str, Any] | None = None, notes: str = "") -> Path:
+                    build: Mapping[str, Any] | None = None, notes: str = "",
+                    input_path: str | os.PathLike[str] | None = None) -> Path:
     """Validate a long frame and write ``scores.parquet`` (zstd) + ``manifest.json`` into ``folder``.
 
     The frame is validated with the same rules as :func:`load_reference` before anything is
-    written; the written reference is loaded back once as a check.
+    written (and its scores against the range of ``metric``, :func:`_check_score_range`); it must
+    give a usable reference under at least one missing-data policy. The files are written into a
+    temporary sibling folder, loaded back once as a check and renamed into place, so a failure
+    leaves no folder behind and never a half-written one; an existing reference ``folder`` is
+    replaced (files of its own beside the reference's are kept). ``input_path``: the file the
+    frame was read from, named by every error (its rows by their 1-based number).
     """
     out = Path(folder)
-    cols = list(_REQUIRED_COLUMNS) + (["n_tokens"] if "n_tokens" in frame.columns else [])
-    df = _check_frame(frame[cols].copy(), out / SCORES_FILE)
+    where = None if input_path is None else Path(input_path)
+    cols = list(_REQUIRED_COLUMNS) + [c for c in ("n_tokens", "metric") if c in frame.columns]
+    absent = [c for c in _REQUIRED_COLUMNS if c not in frame.columns]
+    if absent:
+        raise InputError(f"missing column (columns found: {', '.join(map(str, frame.columns)) or 'none'})",
+                         path=where, field=absent[0], allowed=_REQUIRED_COLUMNS)
+    df = _check_frame(frame[cols].copy(), where)
+    _check_score_range(df, where, metric)
+    df = df.drop(columns=[c for c in ("metric",) if c in df.columns])
     df = df.sort_values(["dataset", "model", "example_id"], kind="stable").reset_index(drop=True)
-    for d, g in df.groupby("dataset", sort=True):
-        _dataset_matrix(g, str(d), out / SCORES_FILE)
     counts = {str(d): int(n) for d, n in df.groupby("dataset", sort=True)["example_id"].nunique().items()}
-    table = df.astype({"model": "category", "dataset": "category", "score": np.float32})
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_parquet(out / SCORES_FILE, compression="zstd", index=False)
     manifest = ReferenceManifest(
         name=name, source=source, licence=licence, metric=metric, higher_is_better=higher_is_better,
-        aggregate=aggregate, example_counts=counts, files={SCORES_FILE: file_sha256(out / SCORES_FILE)},
+        aggregate=aggregate, example_counts=counts, files={SCORES_FILE: ""},
         random_baselines=dict(random_baselines) if random_baselines else None, built_with=built_with,
         build=dict(build) if build else None, notes=notes,
     )
-    atomic_write_text(out / MANIFEST_FILE, json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n")
-    load_reference(out)
+    policy = _usable_policy(df, manifest, out, where)
+    _check_replaceable(out)
+    table = df.astype({"model": "category", "dataset": "category", "score": np.float32})
+    tmp = out.parent / f".{out.name}.partial-{secrets.token_hex(4)}"
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise InputError(f"cannot write the reference here ({exc.strerror or exc})", path=out) from None
+    try:
+        table.to_parquet(tmp / SCORES_FILE, compression="zstd", index=False)
+        manifest = replace(manifest, files={SCORES_FILE: file_sha256(tmp / SCORES_FILE)})
+        atomic_write_text(tmp / MANIFEST_FILE, json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n")
+        load_reference(tmp, missing=policy)
+        _move_into_place(tmp, out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise InputError(f"cannot write the reference ({exc.strerror or exc})", path=out) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return out
+
+
+def _usable_policy(df: pd.DataFrame, manifest: ReferenceManifest, out: Path, where: Path | None) -> str:
+    """The first missing-data policy that gives a usable reference; the default policy's error if none does."""
+    try:
+        _assemble(df, manifest, out, "complete-models", source=where)
+        return "complete-models"
+    except InputError as first:
+        try:
+            _assemble(df, manifest, out, "common-datasets", source=where)
+        except InputError:
+            raise first from None
+    return "common-datasets"
+
+
+def _check_replaceable(out: Path) -> None:
+    """Refuse to replace something that is not a reference folder (a file, a folder of other things)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise InputError("exists and is not a folder; choose another name or output folder", path=out)
+    names = {p.name for p in out.iterdir()}
+    if names and MANIFEST_FILE not in names and not names <= {SCORES_FILE}:
+        raise InputError(f"folder exists and holds no reference ({len(names)} other entries); choose another name "
+                         "or output folder, or empty it", path=out)
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Rename the written folder ``tmp`` to ``out``, replacing a reference there (its other files are kept)."""
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    for entry in out.iterdir():
+        if entry.name not in (SCORES_FILE, MANIFEST_FILE):
+            (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, tmp / entry.name)
+    old = out.parent / f".{out.name}.old-{secrets.token_hex(4)}"
+    os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

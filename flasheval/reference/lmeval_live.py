@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,12 +108,14 @@ def _selected_docs(task_names: Sequence[str], include_path: str | None, *, n_exa
 def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[str], *, include_path: str | None,
                            num_fewshot: int | None, fewshot_seed: int, n_examples: int | None, seed: int,
                            metric: str | None, dtype: str, store_dir: Path, device: str = "auto",
-                           batch_size: int = 32, state: Any = None) -> LmEvalBuild:
+                           batch_size: int = 32, state: Any = None,
+                           on_model: Callable[[str, int, int, float, int], None] | None = None) -> LmEvalBuild:
     """Score every model on the tasks' docs through lm-eval's task code and flasheval's engine.
 
     Every model goes through one results store (a killed build resumes); all models are scored
     on the same docs with the same settings and dtype, which the returned :class:`LmEvalSettings`
-    pins. ``state`` is the launch's process state (``None`` for one process).
+    pins. ``state`` is the launch's process state (``None`` for one process). ``on_model``: as
+    :data:`flasheval.reference.build.OnModel`, called as each model is scored.
     """
     from flasheval.lmeval.loading import open_lmeval_model
     from flasheval.lmeval.model import OnlyDocsLM
@@ -127,7 +129,8 @@ def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[st
     settings: LmEvalSettings | None = None
     for model in models:
         start = time.perf_counter()
-        opened = open_lmeval_model(model, store_dir, dtype=dtype, device=device, batch_size=batch_size, state=state)
+        opened = open_lmeval_model(model, store_dir, dtype=dtype, device=device, batch_size=batch_size, state=state,
+                                   progress_bar=False)
         # Every prompt as in a full run of the task (lm-eval draws few-shot examples in doc order);
         # with --n-examples the model answers only the selected docs.
         lm = opened.lm if samples is None else OnlyDocsLM(opened.lm, {t: set(ids) for t, ids in samples.items()})
@@ -154,6 +157,8 @@ def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[st
         del opened
         gc.collect()
         logger.info("%s: scored in %.1f s", model.model_id, seconds[model.model_id])
+        if on_model is not None:
+            on_model(model.model_id, len(seconds), len(models), seconds[model.model_id], computed[model.model_id])
     if settings is None:
         raise InputError("no model to score", field="--models")
     settings = LmEvalSettings(tasks=settings.tasks, lm_eval_version=settings.lm_eval_version,

@@ -1,0 +1,152 @@
+"""A spec's model opened without its weights: they load on the first request the results store cannot answer.
+
+Which stored results are a model's is decided by its fingerprint, and the fingerprint needs only the
+model's files and config (:func:`~flasheval.engine.hf_loading.plan_hf_load`), so a rerun whose every
+request is in the store never loads the weights: :class:`DeferredBackend` answers ``fingerprint``,
+``tokenizer``, ``prefix_space`` and ``n_parameters`` from the config and tokenizer, and loads the
+weights (:func:`~flasheval.engine.hf_loading.load_planned`) the first time a request has to be computed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from flasheval.engine.base import OnResults
+from flasheval.engine.hf import HFBackend
+from flasheval.engine.planning import prefix_space
+from flasheval.errors import BackendError
+from flasheval.types import (
+    GenerationRequest,
+    GenerationResult,
+    LoglikelihoodRequest,
+    LoglikelihoodResult,
+    RollingLoglikelihoodRequest,
+    RollingLoglikelihoodResult,
+)
+
+__all__ = ["DeferredBackend"]
+
+logger = logging.getLogger(__name__)
+
+# Attributes an HFBackend sets in __init__ that callers read (tests, benchmarks): delegating them loads the weights.
+_INSTANCE_ATTRIBUTES = frozenset({"_model", "_tokenizer", "_limits", "_pass"})
+
+
+class DeferredBackend:
+    """The :class:`~flasheval.engine.hf.HFBackend` of a planned load, loaded on first use.
+
+    Parameters
+    ----------
+    plan
+        :func:`~flasheval.engine.hf_loading.plan_hf_load`'s plan (fingerprint, config, device, dtype).
+    batch_size, share_context
+        Passed to the backend when it loads.
+
+    Attributes
+    ----------
+    on_load
+        Called with the load's wall seconds when the weights have loaded (e.g. to print a line); ``None``: nothing.
+    load_seconds
+        Wall seconds the weights took to load (0.0 while they have not).
+    """
+
+    def __init__(self, plan: Any, *, batch_size: int = 32, share_context: bool = True) -> None:
+        from flasheval.engine.hf_loading import load_tokenizer
+
+        self._plan = plan
+        self._batch_size = batch_size
+        self._share_context = share_context
+        self._tokenizer = load_tokenizer(plan)
+        self._backend: HFBackend | None = None
+        self._n_parameters: int | None = None
+        self.on_load: Callable[[float], None] | None = None
+        self.load_seconds = 0.0
+
+    @property
+    def fingerprint(self) -> str:
+        """The model fingerprint (known before the weights load)."""
+        return self._plan.fingerprint
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def prefix_space(self) -> bool:
+        """See :func:`~flasheval.engine.planning.prefix_space`."""
+        return prefix_space(self._tokenizer)
+
+    @property
+    def max_length(self) -> int:
+        return self._plan.max_length
+
+    @property
+    def batch_size(self) -> int:
+        """Rows per forward pass (the loaded backend's, smaller after an out-of-memory back-off)."""
+        return self._batch_size if self._backend is None else self._backend.batch_size
+
+    @property
+    def is_loaded(self) -> bool:
+        """Whether the weights are in memory."""
+        return self._backend is not None
+
+    @property
+    def n_parameters(self) -> int:
+        """Parameters of the model: counted on the loaded model, or on an empty copy before it loads."""
+        if self._backend is not None:
+            return int(sum(p.numel() for p in self._backend._model.parameters()))
+        if self._n_parameters is None:
+            from flasheval.engine.hf_loading import count_parameters
+
+            self._n_parameters = count_parameters(self._plan)
+        return self._n_parameters
+
+    @property
+    def backend(self) -> HFBackend:
+        """The loaded backend (the weights load now, the first time)."""
+        if self._backend is None:
+            from flasheval.engine.hf_loading import load_planned
+
+            start = time.perf_counter()
+            logger.info("loading the weights of %s (a request is not in the store)", self._plan.source)
+            backend = load_planned(self._plan, tokenizer=self._tokenizer, batch_size=self._batch_size,
+                                   share_context=self._share_context)
+            if backend.fingerprint != self._plan.fingerprint:  # load_planned keys by the plan: a guard, never expected
+                raise BackendError(f"model {self._plan.source!r} loaded with another fingerprint than planned")
+            self._backend = backend
+            self.load_seconds = time.perf_counter() - start
+            if self.on_load is not None:
+                self.on_load(self.load_seconds)
+        return self._backend
+
+    def plan_batches(self, requests: Sequence[LoglikelihoodRequest]) -> list[tuple[int, ...]]:
+        """See :meth:`HFBackend.plan_batches <flasheval.engine.hf.HFBackend.plan_batches>` (loads the weights)."""
+        return self.backend.plan_batches(requests)
+
+    def plan_token_batches(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[tuple[int, ...]]:
+        return self.backend.plan_token_batches(pairs)
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest], *,
+                      on_results: OnResults | None = None) -> list[LoglikelihoodResult]:
+        return self.backend.loglikelihood(requests, on_results=on_results)
+
+    def loglikelihood_tokens(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *,
+                             on_results: OnResults | None = None) -> list[tuple[float, bool]]:
+        return self.backend.loglikelihood_tokens(pairs, on_results=on_results)
+
+    def loglikelihood_rolling(self, requests: Sequence[RollingLoglikelihoodRequest], *,
+                              on_results: OnResults | None = None) -> list[RollingLoglikelihoodResult]:
+        return self.backend.loglikelihood_rolling(requests, on_results=on_results)
+
+    def generate(self, requests: Sequence[GenerationRequest], *,
+                 on_results: OnResults | None = None) -> list[GenerationResult]:
+        return self.backend.generate(requests, on_results=on_results)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only what an HFBackend has; anything else (``from_main``, probed with getattr) must not load the weights.
+        if name.startswith("__") or not (hasattr(HFBackend, name) or name in _INSTANCE_ATTRIBUTES):
+            raise AttributeError(name)
+        return getattr(self.backend, name)

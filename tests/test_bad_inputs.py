@@ -1,0 +1,343 @@
+"""Bad input a new user met, one row per case: ONE line on stderr (``flasheval: error: ...``, exit 1, no
+traceback) naming the file, line or row, and field; plus the cases that must not refuse (a continuous
+metric, a replaced record said in a note) and what a failed import must leave behind (nothing).
+
+Every row runs ``flasheval.cli.main(argv)`` in-process as a user would, except where only another
+process can show the problem: an unreadable file (this suite may run as root, whom permissions do not
+stop: the process drops its file-access capabilities with ``setpriv``) and a closed pipe on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flasheval.cli import main
+from flasheval.errors import InputError
+from flasheval.reference import load_reference, write_reference
+
+ERROR = re.compile(r"^flasheval: error: ")
+
+
+def _long(n_models=4, datasets=(("a", 30), ("b", 30)), *, prefix="m", seed=0, tokens=False) -> pd.DataFrame:
+    """A long table of 0/1 scores (model ``m{i}`` better with ``i``), optionally with token counts."""
+    rng = np.random.default_rng(seed)
+    rows = [{"model": f"{prefix}{m}", "dataset": d, "example_id": str(e), "score": float(rng.random() < 0.2 + 0.2 * m),
+             **({"n_tokens": 40 + e} if tokens else {})}
+            for d, n in datasets for m in range(n_models) for e in range(n)]
+    return pd.DataFrame(rows)
+
+
+def _parquet(tmp_path: Path, name: str, frame: pd.DataFrame) -> str:
+    frame.to_parquet(tmp_path / name)
+    return str(tmp_path / name)
+
+
+def _reference(tmp_path: Path, **kw) -> str:
+    out = tmp_path / "refs" / "mine"
+    write_reference(out, _long(**kw), name="mine", source="test", licence="none", metric="per-example 0/1")
+    return str(out)
+
+
+def _model_dir(tmp_path: Path) -> str:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    return f"hf:{tmp_path / 'model'}"
+
+
+def _samples(tmp_path: Path, *, cut: dict | None = None, n_samples: int | None = None) -> Path:
+    """An lm-eval ``--log_samples`` folder of two models x one task (3 docs); ``cut`` edits a model's log text."""
+    root = tmp_path / "lm"
+    for model, correct in (("org__small", [1, 0, 0]), ("org__big", [1, 1, 0])):
+        d = root / model
+        d.mkdir(parents=True)
+        results = {"model_name": model.replace("__", "/")}
+        if n_samples is not None:
+            results["n-samples"] = {"piqa": {"original": 3, "effective": n_samples}}
+        (d / "results_2024-05-01T10-00-00.123.json").write_text(json.dumps(results))
+        text = "".join(json.dumps({"doc_id": i, "target": 0, "acc": float(c)}) + "\n" for i, c in enumerate(correct))
+        if cut and model in cut:
+            text = cut[model](text)
+        (d / "samples_piqa_2024-05-01T10-00-00.123.jsonl").write_text(text)
+    return root
+
+
+def _drop_last_line(text: str) -> str:
+    return "".join(text.splitlines(keepends=True)[:-1])
+
+
+def _import(source, *extra: str) -> list[str]:
+    fmt = "lm-eval-samples" if Path(source).is_dir() else "long-parquet"
+    return ["reference", "import", "--format", fmt, str(source), "--name", "new", "--output-dir",
+            str(Path(source).parent / "refs"), *extra]
+
+
+def _seven(tmp_path: Path, *, metric: bool) -> str:
+    frame = _long()
+    frame.loc[3, "score"] = 7.0
+    if metric:
+        frame["metric"] = "exact_match"
+    return _parquet(tmp_path, "seven.parquet", frame)
+
+
+def _nan(tmp_path: Path) -> str:
+    frame = _long()
+    frame.loc[5, "score"] = np.nan
+    return _parquet(tmp_path, "nan.parquet", frame)
+
+
+def _two_suites(tmp_path: Path) -> str:
+    """Two suites with other models and other datasets in one file (as helm_lite_glue's instances.parquet)."""
+    first = _long().assign(suite="s1")
+    second = _long(datasets=(("c", 10),), prefix="other").assign(suite="s2")
+    return _parquet(tmp_path, "two_suites.parquet", pd.concat([first, second], ignore_index=True))
+
+
+_REPLAY_LIVE_OPTIONS = [("--dtype", "float32"), ("--device", "cpu"), ("--task-dir", "."), ("--batch-size", "4"),
+                        ("--include-path", "."), ("--num-fewshot", "1")]
+_SWEEP = ["sweep", "--models", "replay:meta/llama-3-70b", "--budget-examples", "500"]
+_EVALUATE_REPLAY = ["evaluate", "--model", "replay:helm_lite/meta/llama-3-70b", "--tasks", "gsm"]
+_EVALUATE_REPLAY_LIVE_OPTIONS = [("--dtype", "float32"), ("--device", "cpu"), ("--task-dir", "."),
+                                 ("--batch-size", "4"), ("--max-length", "64"), ("--store", "st")]
+
+# (case, set-up -> argv, the one expected line: a regex matched from "flasheval: error: " on)
+CASES = [
+    ("2-cuda-on-cpu-build", lambda t: ["place", "--model", _model_dir(t), "--device", _cuda_if_cpu_build()],
+     r"field '--device': cuda: this torch build has no CUDA \(torch .+\); use --device cpu or install the CUDA "
+     r"build, see docs/install\.md$"),
+    ("2-cuda-index", lambda t: ["place", "--model", _model_dir(t), "--device", "cuda:99"],
+     r"field '--device': cuda:99: (this torch build has no CUDA|this machine has \d+ GPU)"),
+    ("2-unknown-device", lambda t: ["sweep", "--models", _model_dir(t), "--budget-examples", "100", "--device", "gpu",
+                                    "--output", str(t / "sweep")],
+     r"field '--device': unknown device 'gpu' \(allowed: auto, cpu, cuda, cuda:N, mps\)"),
+    ("2-evaluate-cuda", lambda t: ["evaluate", "--model", _model_dir(t), "--heldout", __file__, "--device",
+                                   _cuda_if_cpu_build(),
+                                   "--output", str(t / "eval")],
+     r"field '--device': cuda: this torch build has no CUDA"),
+    ("3-no-score-column", lambda t: _import(_parquet(t, "noscore.parquet", _long().rename(columns={"score": "value"}))),
+     r"noscore\.parquet: field 'score': missing column 'score' \(columns found: model, dataset, example_id, value\)"),
+    ("3-no-dataset-column", lambda t: _import(_parquet(t, "nodata.parquet", _long().drop(columns="dataset"))),
+     r"nodata\.parquet: field 'dataset': missing column 'dataset' \(columns found: model, example_id, score\)"),
+    ("4-output-under-a-file", lambda t: ["place", "--output", str(_touch(t / "file") / "run")],
+     r"file/run: field '--output': .*file is a file, not a folder; choose another folder"),
+    ("4-output-in-proc", lambda t: ["place", "--output", "/proc/flasheval-nowhere"],
+     r"/proc/flasheval-nowhere: field '--output': cannot write the output here \("),
+    ("4-sweep-output", lambda t: [*_SWEEP, "--output", str(_touch(t / "file") / "run")],
+     r"file/run: field '--output': .*is a file, not a folder"),
+    ("4-backtest-output", lambda t: ["backtest", "--reference", _reference(t), "--output",
+                                     str(_touch(t / "file") / "b.json")],
+     r"field '--output': .*is a file, not a folder"),
+    ("6-max-tokens-no-counts", lambda t: ["place", "--max-tokens", "1"],
+     r"field '--max-tokens': reference 'helm_lite' records no token counts, so a token budget cannot bind "
+     r".*--max-examples"),
+    ("6-max-flops-no-counts", lambda t: ["place", "--max-flops", "1"],
+     r"field '--max-flops': reference 'helm_lite' records no token counts, so a FLOPs budget cannot bind"),
+    ("6-max-flops-no-parameters", lambda t: ["place", "--reference", _reference(t, tokens=True), "--model",
+                                             "replay:m1", "--max-flops", "1e12"],
+     r"field '--max-flops': a FLOPs budget needs the parameter count .*--n-parameters"),
+    ("7-max-examples-below-first-stage", lambda t: ["place", "--max-examples", "50"],
+     r"field '--max-examples': 50 is below the first stage of plan default \(120 examples: 20 per dataset x 6 "
+     r"datasets\); give at least 120$"),
+    ("7-max-tokens-below-first-stage", lambda t: ["place", "--reference", _reference(t, tokens=True), "--model",
+                                                  "replay:m1", "--max-tokens", "100"],
+     r"field '--max-tokens': 100 is below the first stage of plan default \(40 examples: 20 per dataset x 2 "
+     r"datasets, \d+ tokens\); give at least \d+$"),
+    *[(f"8-place-replay{option}", lambda t, o=option, v=value: ["place", o, v],
+       rf"field '{option}': applies to live models only") for option, value in _REPLAY_LIVE_OPTIONS],
+    *[(f"8-sweep-replay{option}", lambda t, o=option, v=value: [*_SWEEP, o, v, "--output", str(t / "s")],
+       rf"field '{option}': applies to live specs only") for option, value in _REPLAY_LIVE_OPTIONS],
+    *[(f"8-evaluate-replay{option}", lambda t, o=option, v=value: [*_EVALUATE_REPLAY, o, v, "--output", str(t / "e")],
+       rf"field '{option}': applies to live models only") for option, value in _EVALUATE_REPLAY_LIVE_OPTIONS],
+    ("9-mixed-suites-no-suite", lambda t: _import(_two_suites(t)),
+     r"two_suites\.parquet: reference 'new' needs at least 2 models with every dataset; the 'complete-models' "
+     r"policy keeps 0 of 8 \(dropped 8: m0 lacks c; m1 lacks c; m2 lacks c; and 5 more\); no dataset has every "
+     r"model either: .*--suite\); the file's suites: s1, s2$"),
+    ("11-seven-in-exact-match", lambda t: _import(_seven(t, metric=True)),
+     r"seven\.parquet: field 'score': row 4: score 7\.0 for m0 / a / 3 is outside \[0, 1\] \(metric "
+     r"'exact_match' is per-example 0/1 or accuracy; 1 such row\)"),
+    ("11-seven-in-a-0/1-table", lambda t: _import(_seven(t, metric=False)),
+     r"seven\.parquet: field 'score': row 4: score 7\.0 .*outside \[0, 1\] \(every other score is 0 or 1"),
+    ("12-nan-names-the-input", lambda t: _import(_nan(t)),
+     r"nan\.parquet: field 'score': row 6: non-numeric or non-finite score for m0 / a / 5: nan \(1 such row\)$"),
+    ("13-log-cut-at-a-line", lambda t: _import(_samples(t, cut={"org__big": _drop_last_line})),
+     r"org__big/samples_piqa_[^:]+\.jsonl: 2 samples of task 'piqa' for model 'org/big', but .*org__small/"
+     r"samples_piqa_.*has 3 .*lacks doc_id 2; last line 2, doc_id 1"),
+    ("13-log-fewer-than-results-say", lambda t: _import(_samples(t, n_samples=4)),
+     r"org__(big|small)/samples_piqa_[^:]+\.jsonl: 3 samples of task 'piqa' \(last line 3\), but "
+     r"results_.*\.json says 4 \('n-samples'\)"),
+    ("13-log-cut-mid-line", lambda t: _import(_samples(t, cut={"org__big": lambda s: s[:-9]})),
+     r"org__big/samples_piqa_[^:]+\.jsonl:3: not valid JSON \(.*\); the file looks cut short$"),
+    ("13-last-line-without-doc-id", lambda t: _import(_samples(t, cut={"org__big": lambda s: s + '{"acc": 1.0}\n'})),
+     r"org__big/samples_piqa_[^:]+\.jsonl:4: field 'doc_id': missing key$"),
+]
+
+
+def _cuda_if_cpu_build() -> str:
+    """``cuda``, where this torch build has no CUDA (the case the row is about); skip the row elsewhere."""
+    import torch
+
+    if torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None:
+        pytest.skip("a CUDA (or ROCm) build of torch accepts --device cuda")
+    return "cuda"
+
+
+def _touch(path: Path) -> Path:
+    path.write_text("")
+    return path
+
+
+def _one_error_line(err: str, pattern: str) -> None:
+    lines = err.splitlines()
+    assert len(lines) == 1, f"expected one line, got:\n{err}"
+    assert ERROR.match(lines[0]), lines[0]
+    assert re.search(pattern, lines[0][len("flasheval: error: "):]), lines[0]
+
+
+@pytest.mark.parametrize("setup, pattern", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_gets_one_line(setup, pattern, tmp_path, capsys):
+    argv = setup(tmp_path)
+    capsys.readouterr()
+    assert main(argv) == 1
+    _one_error_line(capsys.readouterr().err, pattern)
+
+
+def test_a_refused_sweep_budget_writes_no_run_folder(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--models", "replay:meta/llama-3-70b", "--budget-examples", "50", "--output", str(out)]) == 1
+    _one_error_line(capsys.readouterr().err, r"field '--budget-examples': budget of 50 examples is smaller than one "
+                                             r"stage for every checkpoint \(1 x 120 = 120 examples")
+    assert not out.exists()
+
+
+def test_a_continuous_metric_may_leave_0_1(tmp_path, capsys):
+    source = _seven(tmp_path, metric=False)
+    assert main(_import(source, "--metric-description", "continuous: log-likelihood per example")) == 0
+    assert load_reference(tmp_path / "refs" / "new").n_models == 4
+
+
+def test_a_failed_import_leaves_nothing_and_the_rerun_works(tmp_path, capsys):
+    source = _two_suites(tmp_path)
+    assert main(_import(source)) == 1
+    assert not (tmp_path / "refs").exists() or not any((tmp_path / "refs").iterdir())
+    assert main(_import(source, "--suite", "s1")) == 0
+    assert load_reference(tmp_path / "refs" / "new").model_ids == ("m0", "m1", "m2", "m3")
+    # a failed import over an existing reference (--force) keeps the old one whole
+    assert main(_import(_nan(tmp_path), "--force")) == 1
+    assert main(_import(_seven(tmp_path, metric=True), "--force")) == 1
+    assert load_reference(tmp_path / "refs" / "new").model_ids == ("m0", "m1", "m2", "m3")
+    assert sorted(p.name for p in (tmp_path / "refs").iterdir()) == ["new"]
+
+
+def test_write_reference_refuses_before_writing_a_folder(tmp_path):
+    frame = _long()
+    frame.loc[0, "score"] = np.inf
+    with pytest.raises(InputError, match=r"^x\.parquet: field 'score': row 1: "):
+        write_reference(tmp_path / "out", frame, name="out", source="s", licence="l", metric="acc",
+                        input_path="x.parquet")
+    assert not (tmp_path / "out").exists()
+
+
+def test_replacing_a_record_says_so(tmp_path, monkeypatch, caplog, capsys):
+    monkeypatch.chdir(tmp_path)
+    record = Path("runs") / "place-helm_lite-meta-llama-3-70b" / "place.json"
+    with caplog.at_level(logging.WARNING, logger="flasheval"):
+        assert main(["place"]) == 0
+        assert not [r for r in caplog.records if "replacing" in r.getMessage()]
+        assert main(["place"]) == 0
+    notes = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "replacing" in r.getMessage()]
+    assert len(notes) == 1 and re.fullmatch(
+        rf"note: replacing the earlier record {re.escape(str(record))} \(written \d{{4}}-\d\d-\d\d \d\d:\d\d UTC\)",
+        notes[0]), notes
+    assert json.loads(record.read_text())["kind"] == "place"
+    caplog.clear()
+    ref = _reference(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="flasheval"):
+        for _ in range(2):
+            assert main(["sweep", "--reference", ref, "--models", "replay:m1", "--budget-examples", "100",
+                         "--output", "sw"]) == 0
+            assert main(["backtest", "--reference", ref, "--methods", "adaptive", "--output", "bt.json"]) == 0
+    notes = [r.getMessage() for r in caplog.records if "replacing" in r.getMessage()]
+    assert [n.split(" (written")[0] for n in notes] == [
+        f"note: replacing the earlier record {Path('sw') / 'sweep.json'}", "note: replacing the earlier record bt.json"]
+
+
+def test_a_summary_never_shows_none(tmp_path):
+    from flasheval.cli.place import format_summary
+    from flasheval.placement.controller import place
+    from flasheval.placement.replay import ReplayScorer
+    from flasheval.placement.results import Budget
+    from flasheval.placement.tiers import load_tier_plan
+
+    ref = load_reference(_reference(tmp_path))
+    result = place(ref.without("m1"), ReplayScorer(ref, "m1"), load_tier_plan("default"), model_id="m1",
+                   budget=Budget(max_examples=1))
+    assert result.rank is None
+    text = format_summary(result)
+    assert "None" not in text and "not placed: no stage ran within the budget" in text and "(none scored)" in text
+
+
+def _without_file_access() -> list[str] | None:
+    """A command prefix under which file permissions hold (root drops its capabilities); ``None`` if none can."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all"]
+
+
+_DRIVER = """
+import contextlib, io, json, sys
+from flasheval.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    results.append([code, err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def test_an_unreadable_file_gets_one_line(tmp_path):
+    prefix = _without_file_access()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: no way to make a file unreadable")
+    from flasheval.placement.tiers import resolve_tier_plan
+
+    plan = tmp_path / "plan.yaml"
+    shutil.copy(resolve_tier_plan("default"), plan)
+    ref = Path(_reference(tmp_path))
+    source = Path(_seven(tmp_path, metric=False))
+    for path in (plan, ref / "manifest.json", source):
+        path.chmod(0)
+    unreadable_plan = rf"{re.escape(str(plan))}: cannot read the tier plan \(Permission denied\)$"
+    cases = [(["tiers", "validate", str(plan)], unreadable_plan),
+             (["place", "--tiers", str(plan)], unreadable_plan),
+             (["reference", "show", str(ref)], r"mine/manifest\.json: cannot read \(Permission denied\)"),
+             (_import(source), r"seven\.parquet: cannot read \(.*Permission denied")]
+    done = subprocess.run([*prefix, sys.executable, "-c", _DRIVER, json.dumps([argv for argv, _ in cases])],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    for (code, err), (argv, pattern) in zip(json.loads(done.stdout), cases):
+        assert code == 1, (argv, err)
+        _one_error_line(err, pattern)
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "flasheval", "reference", "show", "helm_lite"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc.stdout.close()  # the reader goes away before a line is written (`| head` after its lines)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err
+    assert err == b"", err.decode()
