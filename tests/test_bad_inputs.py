@@ -49,6 +49,17 @@ def _reference(tmp_path: Path, **kw) -> str:
     return str(out)
 
 
+def _centered_without_a_baseline(tmp_path: Path) -> str:
+    """A centered reference whose manifest then loses dataset a's random baseline (an edit by hand)."""
+    out = tmp_path / "refs" / "centred"
+    write_reference(out, _long(), name="centred", source="test", licence="none", metric="per-example 0/1",
+                    aggregate="centered", random_baselines={"a": 0.25, "b": 0.5})
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["random_baselines"]["a"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return str(out)
+
+
 def _model_dir(tmp_path: Path) -> str:
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
@@ -158,6 +169,19 @@ CASES = [
        rf"field '{option}': applies to live specs only") for option, value in _REPLAY_LIVE_OPTIONS],
     *[(f"8-evaluate-replay{option}", lambda t, o=option, v=value: [*_EVALUATE_REPLAY, o, v, "--output", str(t / "e")],
        rf"field '{option}': applies to live models only") for option, value in _EVALUATE_REPLAY_LIVE_OPTIONS],
+    ("manifest-without-a-baseline-show", lambda t: ["reference", "show", _centered_without_a_baseline(t)],
+     r"centred/manifest\.json: field 'random_baselines': no random baseline for datasets \['a'\]: the centered "
+     r"aggregate needs one per dataset; add them to the manifest, or set its 'aggregate' to another one$"),
+    ("manifest-without-a-baseline-place", lambda t: ["place", "--reference", _centered_without_a_baseline(t),
+                                                     "--model", "replay:m1"],
+     r"centred/manifest\.json: field 'random_baselines': no random baseline for datasets \['a'\]"),
+    ("import-centered-without-baselines", lambda t: _import(_parquet(t, "c.parquet", _long()), "--aggregate",
+                                                            "centered"),
+     r"field '--random-baselines': the centered aggregate needs random baselines for every dataset"),
+    ("sweep-budget-named-as-typed", lambda t: [*_SWEEP[:3], "--budget-examples", "-1", "--output", str(t / "s")],
+     r"^field '--budget-examples': must be a positive number, got -1$"),
+    ("import-an-empty-table", lambda t: _import(_parquet(t, "empty.parquet", _long().iloc[:0])),
+     r"empty\.parquet: no rows: a reference needs scores of at least 2 models$"),
     ("9-mixed-suites-no-suite", lambda t: _import(_two_suites(t)),
      r"two_suites\.parquet: reference 'new' needs at least 2 models with every dataset; the 'complete-models' "
      r"policy keeps 0 of 8 \(dropped 8: m0 lacks c; m1 lacks c; m2 lacks c; and 5 more\); no dataset has every "
@@ -341,3 +365,18 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 141, err
     assert err == b"", err.decode()
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    (["place", "--seed", "abc"], r"^flasheval place: error: argument --seed: invalid int value: 'abc' "
+                                 r"\(see: flasheval place --help\)$"),
+    (["place", "--aggregate", "meen"], r"^flasheval place: error: argument --aggregate: invalid choice: 'meen'"),
+    (["plac"], r"^flasheval: error: argument COMMAND: invalid choice: 'plac' \(choose from .*'place'"),
+    (["place", "--modle", "x"], r"^flasheval: error: unrecognized arguments: --modle x"),
+], ids=["not-an-int", "unknown-choice", "unknown-command", "unknown-option"])
+def test_a_malformed_command_line_gets_one_line_and_exit_code_2(argv, pattern, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and re.search(pattern, lines[0]), lines

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -215,13 +216,14 @@ def test_a_cached_evaluate_rerun_loads_no_weights_and_prints_no_rates(world, tmp
     assert main(_evaluate_argv(world, out)) == 0
     first = capsys.readouterr().out
     assert "examples/s" in first and "scoring 2 tasks with m1: 20 requests, 0 of them in the store" in first
+    assert "loaded the weights of m1 in " in first
     records = (out / "examples.jsonl").read_text()
     n_parameters = read_record(out / "summary.json").payload["n_parameters"]  # counted on the loaded model
     monkeypatch.setattr("flasheval.engine.hf_loading.load_planned", _no_weights)
     assert main(_evaluate_argv(world, out)) == 0
     again = capsys.readouterr().out
     assert "all 20 requests served from the store (nothing computed)" in again
-    assert "examples/s" not in again and "GFLOP/s" not in again and "loaded m1" not in again
+    assert "examples/s" not in again and "GFLOP/s" not in again and "loaded the weights of m1" not in again
     assert (out / "examples.jsonl").read_text() == records  # the same records, from the store
     summary = read_record(out / "summary.json").payload
     assert summary["n_requests_computed"] == 0 and summary["model_loaded"] is False
@@ -270,12 +272,16 @@ def test_backtest_reports_each_held_out_model_as_it_goes(tmp_path, monkeypatch, 
     per_seed = 2 * 6  # adaptive and flash_helm place each of the 6 models
     expected = [("start", None, None, 0)]
     for s in range(2):
-        expected += [("model", k, 6, s * per_seed + 2 * k) for k in range(1, 7)]
+        expected += [("model", 6 * s + k, 12, s * per_seed + 2 * k) for k in range(1, 7)]  # counted over both seeds
         expected.append(("seed", s + 1, 2, (s + 1) * per_seed))
     assert seen == expected
     assert main(["backtest", "--reference", str(folder), "--output", str(tmp_path / "bt.json")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[1] for ln in lines if ln.startswith("  model ")] == [f"{k}/6" for k in range(1, 7)]
+    left = [float(re.search(r"elapsed ([\d.]+) s, about (\d+) s left\)$", ln).group(2)) for ln in lines
+            if ln.startswith("  model ") and not ln.startswith("  model 6/6")]
+    assert len(left) == 5  # the ETA of every model but the last
+    assert all(ln.endswith(" s)") and "left" not in ln for ln in lines if ln.startswith("  model 6/6"))
     assert main(["backtest", "--reference", str(folder), "--output", str(tmp_path / "bt.json"), "--quiet"]) == 0
     quiet = capsys.readouterr().out
     assert "model 1/6" not in quiet and "backtesting" not in quiet and "adaptive" in quiet and "record:" in quiet

@@ -42,8 +42,11 @@ class BacktestRun:
         return self.results[0].to_json() if len(self.results) == 1 else {"seeds": [r.to_json() for r in self.results]}
 
 
-def _model_reporter(report: Reporter, seed: int, n_seeds: int) -> Any:
-    """The backtest's ``on_model``: a ``model`` event per held-out model (the adaptive method's placement)."""
+def _model_reporter(report: Reporter, seed: int, index: int, n_seeds: int) -> Any:
+    """The backtest's ``on_model``: a ``model`` event per held-out model (the adaptive method's placement).
+
+    The event's ``done``/``total`` count the held-out models of every seed (``index``: seeds before this
+    one), so that they measure the whole call; the message counts within the seed."""
     last = time.perf_counter()
 
     def on_model(row: BacktestRow, done: int, total: int) -> None:
@@ -52,7 +55,7 @@ def _model_reporter(report: Reporter, seed: int, n_seeds: int) -> Any:
         where = f"seed {seed}: " if n_seeds > 1 else ""
         report("model", f"{where}model {done}/{total} {row.model_id} held out: placed {row.placed_rank} "
                         f"[{row.interval[0]}, {row.interval[1]}], full-data {row.full_rank}, {row.n_examples} examples",
-               done=done, total=total, seconds=now - last, detail=row)
+               done=index * total + done, total=n_seeds * total, seconds=now - last, detail=row)
         last = now
 
     return on_model
@@ -116,7 +119,7 @@ def backtest(
     for done, seed in enumerate(seeds, 1):
         start = time.perf_counter()
         results.append(run_backtest(ref, plan_, fixed, seed=seed, aggregate=aggregate, methods=tuple(methods),
-                                    looks=looks, on_model=_model_reporter(report, seed, len(seeds))))
+                                    looks=looks, on_model=_model_reporter(report, seed, done - 1, len(seeds))))
         seconds.append(time.perf_counter() - start)
         report("seed", f"seed {seed}: {ref.n_models} models left out in turn in {seconds[-1]:.0f} s", done=done,
                total=len(seeds), seconds=seconds[-1], detail=results[-1])

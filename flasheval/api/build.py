@@ -64,11 +64,16 @@ def _models(models: Sequence[Any]) -> tuple[NamedModel, ...]:
     if isinstance(models, str) or not models:
         raise InputError("give a non-empty list of model specs", field="--models")
     if all(isinstance(m, NamedModel) for m in models):
-        return tuple(models)
-    if not all(isinstance(m, str) for m in models):
+        named = tuple(models)
+    elif not all(isinstance(m, str) for m in models):
         raise InputError("a reference is built from model specs ([NAME=]hf:... / gguf:...) or NamedModel objects",
                          field="--models")
-    return parse_named_models(list(models))
+    else:
+        named = tuple(parse_named_models(list(models)))
+    if len(named) < 2:  # before any model is scored: a reference ranks models against each other
+        raise InputError(f"a reference needs at least 2 models, got {len(named)} ({', '.join(m.model_id for m in named)})",
+                         field="--models")
+    return named
 
 
 def _task_names(suite: str, tasks: Any) -> tuple[str, ...]:

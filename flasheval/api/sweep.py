@@ -199,7 +199,8 @@ def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any,
 
 def _round_reporter(report: Reporter) -> Any:
     def on_round(round_: int, n_active: int, n_examples: int) -> None:
-        report("round", f"round {round_}: {n_active} checkpoints still racing, {n_examples} examples scored",
+        report("round", f"round {round_}: {n_active} checkpoint{'' if n_active == 1 else 's'} still racing, "
+                        f"{n_examples} examples scored",
                done=round_)
 
     return on_round

@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from flasheval.version import __version__
 from flasheval.errors import FlashevalError
@@ -27,9 +28,17 @@ _COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with a malformed command line reported in one line (exit code 2), like every other
+    error, instead of the whole usage block; the subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="flasheval",
         description="Place a language-model checkpoint on a reference leaderboard for a fraction of a full run.",
     )
@@ -63,9 +72,9 @@ def _configure_logging(verbosity: int) -> None:
 
 
 _QUIET_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
-"""``--quiet`` also turns off huggingface_hub's and transformers' download / weight-loading bars, and every
-tqdm bar whose caller leaves ``disable`` at its default (tqdm reads ``TQDM_*`` defaults from the environment),
-for the command's duration."""
+"""``--quiet``, or a stderr that is not a terminal (a log file, a pipe), also turns off huggingface_hub's and
+transformers' download / weight-loading bars, and every tqdm bar whose caller leaves ``disable`` at its default
+(tqdm reads ``TQDM_*`` defaults from the environment), for the command's duration."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    quiet = getattr(args, "quiet", False)
+    quiet = getattr(args, "quiet", False) or not _is_terminal(sys.stderr)
     before = {key: os.environ.get(key) for key in _QUIET_ENV}
     if quiet:
         os.environ.update({key: before[key] or value for key, value in _QUIET_ENV.items()})
@@ -89,6 +98,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 
 from flasheval.api.progress import Progress
+from flasheval.errors import InputError
 from flasheval.placement.results import Budget
 
 __all__ = ["add_live_options", "add_lmeval_live_options", "budget_from", "add_progress_options", "step_printer",
@@ -39,9 +40,20 @@ def step_printer(args: argparse.Namespace, *, indent: str = "  ",
         if p.step == "start":
             print(p.message, flush=True)
         else:
-            print(f"{indent}{p.message}" + ("" if p.elapsed is None else f" (elapsed {p.elapsed:.1f} s)"), flush=True)
+            print(f"{indent}{p.message}{_timing(p)}", flush=True)
 
     return show
+
+
+def _timing(p: Progress) -> str:
+    """`` (elapsed 12.3 s)``, and ``, about 40 s left`` where the steps of a known count take similar time
+    (models of a build or a backtest, seeds), not for stages and rounds, which may stop any time."""
+    if p.elapsed is None:
+        return ""
+    left = ""
+    if p.step in ("model", "seed") and p.done and p.total and p.done < p.total:
+        left = f", about {p.elapsed / p.done * (p.total - p.done):.0f} s left"
+    return f" (elapsed {p.elapsed:.1f} s{left})"
 
 
 def progress_bar_from(args: argparse.Namespace) -> bool | None:
@@ -69,6 +81,15 @@ def add_lmeval_live_options(parser: argparse.ArgumentParser) -> None:
                         help="live on an lm-eval reference: default and only accepted value: the reference's")
 
 
-def budget_from(max_examples: int | None, max_tokens: int | None, max_flops: float | None) -> Budget:
-    """The :class:`~flasheval.placement.results.Budget` of three options (validated where it is made)."""
-    return Budget(max_examples=max_examples, max_tokens=max_tokens, max_flops=max_flops)
+def budget_from(max_examples: int | None, max_tokens: int | None, max_flops: float | None, *,
+                options: tuple[str, str, str] = ("--max-examples", "--max-tokens", "--max-flops")) -> Budget:
+    """The :class:`~flasheval.placement.results.Budget` of three options (validated where it is made).
+
+    ``options``: the command's names for them (``sweep`` says ``--budget-examples`` ...): a refusal
+    names the option the user typed.
+    """
+    try:
+        return Budget(max_examples=max_examples, max_tokens=max_tokens, max_flops=max_flops)
+    except InputError as exc:
+        names = dict(zip(("--max-examples", "--max-tokens", "--max-flops"), options))
+        raise InputError(exc.reason, field=names.get(exc.field or "", exc.field)) from None

@@ -101,7 +101,7 @@ def print_placed(outcome: PlaceRun) -> None:
         print(f"  record: {outcome.record_path}")
     elif outcome.live is not None:
         live = outcome.live
-        load = (f"model load {live['load_seconds']:.0f} s" if live.get("model_loaded", True) else
+        load = (f"opening and loading the model {live['load_seconds']:.0f} s" if live.get("model_loaded", True) else
                 "model not loaded: every request was in the store")
         print(f"  wall time {live['seconds']:.0f} s ({load}; {live['requests_computed']} requests computed); "
               f"record: {outcome.record_path}")

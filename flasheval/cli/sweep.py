@@ -96,7 +96,8 @@ def format_result(result: SweepResult) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    budget = budget_from(args.budget_examples, args.budget_tokens, args.budget_flops)
+    budget = budget_from(args.budget_examples, args.budget_tokens, args.budget_flops,
+                         options=("--budget-examples", "--budget-tokens", "--budget-flops"))
     reference = load_reference(args.reference, missing=args.missing)
     if args.backtest is not None:
         specs = [f"replay:{m}" for m in spread_models(restrict(reference, args.datasets), args.backtest)]

@@ -43,7 +43,7 @@ from flasheval.errors import InputError, UnknownNameError
 from flasheval.hashing import file_sha256
 from flasheval.records import atomic_write_text
 from flasheval.stats.ranking import aggregate as _aggregate
-from flasheval.stats.ranking import check_aggregate, competition_ranks
+from flasheval.stats.ranking import check_aggregate, check_random_baselines, competition_ranks
 
 __all__ = [
     "MISSING_POLICIES",
@@ -196,9 +196,23 @@ class ReferenceLeaderboard:
         return _aggregate(self.dataset_means(), **self.aggregate_options(kind))
 
     def aggregate_options(self, kind: str | None = None) -> dict[str, Any]:
-        """Keyword arguments for :func:`flasheval.stats.ranking.aggregate` on this reference."""
-        return {"kind": kind or self.manifest.aggregate, "higher_is_better": self.higher_is_better,
-                "dataset_names": self.dataset_names, "random_baselines": self.manifest.random_baselines}
+        """Keyword arguments for :func:`flasheval.stats.ranking.aggregate` on this reference.
+
+        The centered aggregate's random baselines are checked here, so that a manifest lacking one is
+        refused in one line naming the manifest before anything is scored.
+        """
+        options = {"kind": kind or self.manifest.aggregate, "higher_is_better": self.higher_is_better,
+                   "dataset_names": self.dataset_names, "random_baselines": self.manifest.random_baselines}
+        if options["kind"] == "centered":
+            try:
+                check_random_baselines(self.dataset_names, self.manifest.random_baselines)
+            except InputError as exc:
+                fix = ("add them to the manifest, or choose another --aggregate" if kind else
+                       "add them to the manifest, or set its 'aggregate' to another one")
+                raise InputError(f"{exc.reason}: the centered aggregate needs one per dataset; {fix}",
+                                 path=None if self.path is None else self.path / MANIFEST_FILE,
+                                 field="random_baselines") from None
+        return options
 
     def ranking_higher_is_better(self, kind: str | None = None) -> bool:
         """Direction of the aggregate ``kind`` (win rate is always higher-is-better)."""
@@ -479,11 +493,13 @@ def _assemble(df: pd.DataFrame, manifest: ReferenceManifest, folder: Path, missi
         rows = [models.index(m) for m in pool]
         scores.append(mat[rows])
         tokens.append(None if tok is None else tok[rows])
-    return ReferenceLeaderboard(
+    reference = ReferenceLeaderboard(
         name=manifest.name, manifest=manifest, model_ids=tuple(pool), dataset_names=tuple(kept),
         example_ids=tuple(per_dataset[d][0] for d in kept), scores=tuple(scores), n_tokens=tuple(tokens),
         excluded=tuple(excluded), missing_policy=missing, path=folder,
     )
+    reference.aggregate_options()  # the manifest's own aggregate can be computed (its random baselines)
+    return reference
 
 
 def write_reference(folder: str | os.PathLike[str], frame: pd.DataFrame, *, name: str, source: str, licence: str,
@@ -512,6 +528,8 @@ def write_reference(folder: str | os.PathLike[str], frame: pd.DataFrame, *, name
     _check_score_range(df, where, metric)
     df = df.drop(columns=[c for c in ("metric",) if c in df.columns])
     df = df.sort_values(["dataset", "model", "example_id"], kind="stable").reset_index(drop=True)
+    if df.empty:
+        raise InputError("no rows: a reference needs scores of at least 2 models", path=where)
     counts = {str(d): int(n) for d, n in df.groupby("dataset", sort=True)["example_id"].nunique().items()}
     manifest = ReferenceManifest(
         name=name, source=source, licence=licence, metric=metric, higher_is_better=higher_is_better,
@@ -519,6 +537,12 @@ def write_reference(folder: str | os.PathLike[str], frame: pd.DataFrame, *, name
         random_baselines=dict(random_baselines) if random_baselines else None, built_with=built_with,
         build=dict(build) if build else None, notes=notes,
     )
+    if aggregate == "centered":
+        try:
+            check_random_baselines(sorted(counts), random_baselines)
+        except InputError as exc:
+            raise InputError(f"{exc.reason}: the centered aggregate needs one per dataset (a JSON file "
+                             "{dataset: chance score})", field="--random-baselines") from None
     policy = _usable_policy(df, manifest, out, where)
     _check_replaceable(out)
     table = df.astype({"model": "category", "dataset": "category", "score": np.float32})

@@ -237,7 +237,7 @@ def evaluate_summary_blocks(p: Mapping[str, Any]) -> list[Block]:
             + ("" if c.get("flops") is None else f", {c['flops']:.3g} FLOPs (2 x {c['n_parameters']:,} parameters x tokens)")
             + (f"; held-out text {c['heldout_n_tokens']:,} tokens" if c.get("heldout_n_tokens") else "")
             + ("" if c.get("wall_seconds") is None else f"; wall time {c['wall_seconds']:.1f} s "
-               + (f"(model load {c['load_seconds']:.1f} s, scoring {c['scoring_seconds']:.1f} s)"
+               + (f"(opening and loading the model {c['load_seconds']:.1f} s, scoring {c['scoring_seconds']:.1f} s)"
                   if p.get("model_loaded", True) else
                   "(weights not loaded: the store answered every request; "
                   f"opening the model {c['load_seconds']:.1f} s)"))

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy.stats import rankdata
 
-__all__ = ["AGGREGATES", "aggregate", "competition_ranks", "rank_among", "check_aggregate"]
+__all__ = ["AGGREGATES", "aggregate", "competition_ranks", "rank_among", "check_aggregate", "check_random_baselines"]
 
 AGGREGATES: tuple[str, ...] = ("mean", "centered", "win_rate")
 """Names of the supported aggregates, default first."""
@@ -48,7 +48,8 @@ def check_aggregate(kind: str) -> str:
     return kind
 
 
-def _baselines(dataset_names: Sequence[str], random_baselines: Mapping[str, float] | None) -> np.ndarray:
+def check_random_baselines(dataset_names: Sequence[str], random_baselines: Mapping[str, float] | None) -> np.ndarray:
+    """The random baseline of each dataset, in order; refuses missing ones and values outside ``[0, 1)``."""
     from flasheval.errors import InputError
 
     if not random_baselines:
@@ -110,7 +111,7 @@ def aggregate(
             from flasheval.errors import InputError
 
             raise InputError("the centered aggregate needs a higher-is-better score", field="aggregate")
-        base = _baselines(dataset_names, random_baselines)
+        base = check_random_baselines(dataset_names, random_baselines)
         if len(base) != means.shape[-1]:
             raise ValueError("dataset_names must name every dataset column")
         return ((means - base) / (1.0 - base)).mean(axis=-1)
