@@ -23,8 +23,8 @@ from flasheval.reference.leaderboard import (
     references_root,
     repo_root,
     resolve_reference,
-    write_reference,
 )
+from flasheval.reference.writing import write_reference
 
 __all__ = [
     "IMPORT_FORMATS",

@@ -30,7 +30,7 @@ from flasheval.engine.loading import n_parameters, open_cached_backend
 from flasheval.engine.specs import NamedModel, check_model_files
 from flasheval.engine.store import CachedBackend
 from flasheval.records import write_record
-from flasheval.reference.leaderboard import write_reference
+from flasheval.reference.writing import write_reference
 from flasheval.reference.live import BuildSettings, prompt_digests
 from flasheval.stats.sampling import example_order, nested_prefix
 from flasheval.tasks import LiveTask, Suite

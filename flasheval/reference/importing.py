@@ -32,7 +32,7 @@ import pandas as pd
 
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.lmeval.settings import DEFAULT_METRICS, LmEvalSettings, pick_metric, prompt_hashes, settings_from_results
-from flasheval.reference.leaderboard import UNIT_METRICS
+from flasheval.reference.writing import UNIT_METRICS
 
 __all__ = ["IMPORT_FORMATS", "read_long_parquet", "read_lm_eval_samples", "read_lm_eval_settings"]
 

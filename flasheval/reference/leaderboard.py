@@ -19,17 +19,14 @@ Validation policy (refused in one line naming file, field and value):
   as excluded; ``"common-datasets"`` keeps every model and only the datasets all of them have
   (the dropped datasets are listed).
 
-This is the only module that reads or writes reference files (imports from other formats are
-in :mod:`flasheval.reference.importing`).
+This module reads reference folders; :mod:`flasheval.reference.writing` writes them (with the same
+checks), and :mod:`flasheval.reference.importing` reads other formats into the long frame.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import secrets
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,7 +38,6 @@ import pandas as pd
 from flasheval.data_paths import embedded_data_dir, running_from_checkout
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.hashing import file_sha256
-from flasheval.records import atomic_write_text
 from flasheval.stats.ranking import aggregate as _aggregate
 from flasheval.stats.ranking import check_aggregate, check_random_baselines, competition_ranks
 
@@ -52,12 +48,10 @@ __all__ = [
     "RankedModel",
     "resolve_reference",
     "load_reference",
-    "write_reference",
     "repo_root",
     "references_root",
     "MANIFEST_FILE",
     "SCORES_FILE",
-    "UNIT_METRICS",
 ]
 
 FORMAT_VERSION = 1
@@ -69,12 +63,6 @@ _MANIFEST_KEYS = {
     "format_version", "name", "source", "licence", "metric", "higher_is_better", "aggregate",
     "example_counts", "random_baselines", "files", "built_with", "build", "notes",
 }
-UNIT_METRICS = frozenset({
-    "acc", "acc_norm", "accuracy", "correct", "exact_match", "quasi_exact_match", "prefix_exact_match",
-    "quasi_prefix_exact_match", "final_number_exact_match", "math_equiv", "math_equiv_chain_of_thought",
-})
-"""Per-example metrics whose scores lie in ``[0, 1]`` (0/1 correctness, accuracy); a score outside is refused."""
-_UNIT_WORDS = re.compile(r"0/1|accuracy|correctness|exact[_ ]match", re.IGNORECASE)
 _MANIFEST_REQUIRED = {"format_version", "name", "source", "licence", "metric", "higher_is_better",
                       "aggregate", "example_counts", "files"}
 
@@ -346,38 +334,6 @@ def _check_frame(df: pd.DataFrame, path: Path | None) -> pd.DataFrame:
     return df
 
 
-def _check_score_range(df: pd.DataFrame, path: Path | None, metric: str) -> None:
-    """Refuse a score outside ``[0, 1]`` where the metric is declared or plainly 0/1 (a continuous one passes).
-
-    What declares it: a per-row ``metric`` column naming one of :data:`UNIT_METRICS`; else the
-    manifest's ``metric`` text (``0/1``, ``accuracy``, ``correctness``, ``exact match``); else the
-    data itself, when every other score is exactly 0 or 1. A ``metric`` text with the word
-    ``continuous`` declares the scores unbounded.
-    """
-    if re.search(r"\bcontinuous\b", metric, re.IGNORECASE):
-        return
-    score = df["score"].to_numpy(dtype=np.float64)
-    outside = (score < 0.0) | (score > 1.0)
-    if not outside.any():
-        return
-    if "metric" in df.columns:
-        names = df["metric"].astype(str).to_numpy()
-        outside &= np.isin(names, sorted(UNIT_METRICS))
-        why = f"metric {names[outside][0]!r} is per-example 0/1 or accuracy" if outside.any() else ""
-    elif _UNIT_WORDS.search(metric):
-        why = f"the metric is {metric!r}"
-    elif np.isin(score[~outside], (0.0, 1.0)).all() and outside.sum() <= max(1, len(score) // 100):
-        why = "every other score is 0 or 1"
-    else:
-        return
-    if outside.any():
-        row, where = _row(df, outside)
-        raise InputError(f"{where}score {_shown(row['score'])} for {row['model']} / {row['dataset']} / "
-                         f"{row['example_id']} is outside [0, 1] ({why}; {_rows(outside)}); fix the data, or for a "
-                         "continuous metric say so in the metric description (e.g. --metric-description "
-                         "'continuous ...')", path=path, field="score")
-
-
 def _dataset_matrix(group: pd.DataFrame, dataset: str, path: Path) -> tuple[tuple[str, ...], np.ndarray, list[str], np.ndarray | None]:
     """Dense ``(models, examples)`` matrix of one dataset; refuses partial model coverage."""
     ids = tuple(sorted(group["example_id"].unique()))
@@ -502,108 +458,3 @@ def _assemble(df: pd.DataFrame, manifest: ReferenceManifest, folder: Path, missi
     return reference
 
 
-def write_reference(folder: str | os.PathLike[str], frame: pd.DataFrame, *, name: str, source: str, licence: str,
-                    metric: str, higher_is_better: bool = True, aggregate: str = "mean",
-                    random_baselines: Mapping[str, float] | None = None, built_with: str = "",
-                    build: Mapping[str, Any] | None = None, notes: str = "",
-                    input_path: str | os.PathLike[str] | None = None) -> Path:
-    """Validate a long frame and write ``scores.parquet`` (zstd) + ``manifest.json`` into ``folder``.
-
-    The frame is validated with the same rules as :func:`load_reference` before anything is
-    written (and its scores against the range of ``metric``, :func:`_check_score_range`); it must
-    give a usable reference under at least one missing-data policy. The files are written into a
-    temporary sibling folder, loaded back once as a check and renamed into place, so a failure
-    leaves no folder behind and never a half-written one; an existing reference ``folder`` is
-    replaced (files of its own beside the reference's are kept). ``input_path``: the file the
-    frame was read from, named by every error (its rows by their 1-based number).
-    """
-    out = Path(folder)
-    where = None if input_path is None else Path(input_path)
-    cols = list(_REQUIRED_COLUMNS) + [c for c in ("n_tokens", "metric") if c in frame.columns]
-    absent = [c for c in _REQUIRED_COLUMNS if c not in frame.columns]
-    if absent:
-        raise InputError(f"missing column (columns found: {', '.join(map(str, frame.columns)) or 'none'})",
-                         path=where, field=absent[0], allowed=_REQUIRED_COLUMNS)
-    df = _check_frame(frame[cols].copy(), where)
-    _check_score_range(df, where, metric)
-    df = df.drop(columns=[c for c in ("metric",) if c in df.columns])
-    df = df.sort_values(["dataset", "model", "example_id"], kind="stable").reset_index(drop=True)
-    if df.empty:
-        raise InputError("no rows: a reference needs scores of at least 2 models", path=where)
-    counts = {str(d): int(n) for d, n in df.groupby("dataset", sort=True)["example_id"].nunique().items()}
-    manifest = ReferenceManifest(
-        name=name, source=source, licence=licence, metric=metric, higher_is_better=higher_is_better,
-        aggregate=aggregate, example_counts=counts, files={SCORES_FILE: ""},
-        random_baselines=dict(random_baselines) if random_baselines else None, built_with=built_with,
-        build=dict(build) if build else None, notes=notes,
-    )
-    if aggregate == "centered":
-        try:
-            check_random_baselines(sorted(counts), random_baselines)
-        except InputError as exc:
-            raise InputError(f"{exc.reason}: the centered aggregate needs one per dataset (a JSON file "
-                             "{dataset: chance score})", field="--random-baselines") from None
-    policy = _usable_policy(df, manifest, out, where)
-    _check_replaceable(out)
-    table = df.astype({"model": "category", "dataset": "category", "score": np.float32})
-    tmp = out.parent / f".{out.name}.partial-{secrets.token_hex(4)}"
-    try:
-        tmp.mkdir(parents=True)
-    except OSError as exc:
-        raise InputError(f"cannot write the reference here ({exc.strerror or exc})", path=out) from None
-    try:
-        table.to_parquet(tmp / SCORES_FILE, compression="zstd", index=False)
-        manifest = replace(manifest, files={SCORES_FILE: file_sha256(tmp / SCORES_FILE)})
-        atomic_write_text(tmp / MANIFEST_FILE, json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n")
-        load_reference(tmp, missing=policy)
-        _move_into_place(tmp, out)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise InputError(f"cannot write the reference ({exc.strerror or exc})", path=out) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
-def _usable_policy(df: pd.DataFrame, manifest: ReferenceManifest, out: Path, where: Path | None) -> str:
-    """The first missing-data policy that gives a usable reference; the default policy's error if none does."""
-    try:
-        _assemble(df, manifest, out, "complete-models", source=where)
-        return "complete-models"
-    except InputError as first:
-        try:
-            _assemble(df, manifest, out, "common-datasets", source=where)
-        except InputError:
-            raise first from None
-    return "common-datasets"
-
-
-def _check_replaceable(out: Path) -> None:
-    """Refuse to replace something that is not a reference folder (a file, a folder of other things)."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise InputError("exists and is not a folder; choose another name or output folder", path=out)
-    names = {p.name for p in out.iterdir()}
-    if names and MANIFEST_FILE not in names and not names <= {SCORES_FILE}:
-        raise InputError(f"folder exists and holds no reference ({len(names)} other entries); choose another name "
-                         "or output folder, or empty it", path=out)
-
-
-def _move_into_place(tmp: Path, out: Path) -> None:
-    """Rename the written folder ``tmp`` to ``out``, replacing a reference there (its other files are kept)."""
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    for entry in out.iterdir():
-        if entry.name not in (SCORES_FILE, MANIFEST_FILE):
-            (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, tmp / entry.name)
-    old = out.parent / f".{out.name}.old-{secrets.token_hex(4)}"
-    os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        os.rename(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
