@@ -81,9 +81,11 @@ def format_compute(payload: dict) -> list[str]:
     n, computed = payload["n_requests"], payload["n_requests_computed"]
     if computed == 0:
         return [f"{payload['n_examples']} examples: all {n} requests served from the store (nothing computed)"]
+    same = n - computed - payload["n_requests_from_store"]  # requests identical to another one, scored once
     lines = [f"{payload['n_examples']} examples, {n} requests: {computed} computed in "
              f"{payload['scoring_seconds']:.1f} s on {payload['world_size']} process(es), "
-             f"{payload['n_requests_from_store']} from the store"]
+             f"{payload['n_requests_from_store']} from the store"
+             + (f", {same} identical to another request (scored once)" if same > 0 else "")]
     if payload["examples_per_second"] is not None:
         lines.append(f"{payload['examples_per_second']:.2f} examples/s, {payload['tokens_per_second']:.0f} tokens/s"
                      + ("" if payload["flops_per_second"] is None else
