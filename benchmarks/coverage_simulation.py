@@ -26,6 +26,11 @@ from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 
 
 def main() -> None:
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(__doc__)
+        return
+    if len(sys.argv) > 1 and not sys.argv[1].isdigit():
+        sys.exit(f"coverage_simulation.py: error: N_REPETITIONS must be a whole number, got {sys.argv[1]!r} (see --help)")
     n_rep = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     only = sys.argv[2].split(",") if len(sys.argv) > 2 else [""]  # substrings of the pools' names
     default = load_tier_plan("default")
