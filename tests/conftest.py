@@ -15,6 +15,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # Set before any test module imports torch.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Tests keep no calibrations on disk (they would land in ~/.cache); the cache's own tests turn it on in a
+# temporary folder. Subprocesses the tests start inherit this.
+os.environ["FLASHEVAL_CACHE"] = "off"
+
 TEST_BUDGET_S = 60.0
 """A test whose setup, call and teardown together take longer than this is named after the run."""
 

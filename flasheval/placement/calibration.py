@@ -15,7 +15,10 @@ normal model of the nested looks that Pocock's constant also uses:
   aggregates; the rule stops on the first look whose interval fits (a lookup table of the plan's window
   rule); a look where every example is scored cannot err;
 - the worst case is taken over true positions ``theta``: just above and just below every pool model
-  (a miss needs the interval to pass a pool model) and a grid across the pool.
+  (a miss needs the interval to pass a pool model) and a grid across the pool. The two sides of one
+  model share their paths and intervals (they differ only where an interval's end falls exactly on a
+  pool value, an event of probability zero) and differ in the true rank, so one simulation scores
+  both (:func:`limit_positions`).
 
 The limit ``s -> 0`` with the truth just below the best pool model is exact: while the interval holds
 the best model's score it reaches rank 1 without being ``[1, 1]``, so the rule cannot stop; it stops
@@ -28,11 +31,22 @@ What holds is a guarantee under the normal model up to Monte Carlo error: ``n_pa
 paths (seeded, so the constant is a deterministic function of the pool and the looks), standard error
 about ``sqrt(alpha (1 - alpha) / n_paths)`` on each simulated rate (0.34 points at 4,000 paths and 5%).
 
-Being deterministic, the result is memoised in the process by a SHA-256 of the inputs' bytes (the
-pool's values, the looks' standard errors, the window table, the level and the simulation's settings):
-a later call with the same inputs (the same pool placed again, at another seed, by another sweep
-round) returns the stored :class:`Calibration` at once. The memo holds the last
-:data:`MEMO_SIZE` results of this process and nothing else; it is never written to disk.
+Cost, linear in the pool. A rank is a bin-table lookup, a few gathers whatever the pool's size
+(:func:`rank_function`; a binary search was most of the time on large pools). Every position is
+first simulated on the first ``screen_paths`` paths (a prefix of the same paths); a position with
+fewer misses there than a rate of ``alpha`` gives with probability ``screen_tail`` (``1e-6``:
+``Binomial(1000, 0.05) <= 21``) is not simulated further, the others are completed on the
+remaining paths, so their rates are exactly those of all ``n_paths`` paths. On the pools measured
+(synthetic pools of 200 to 4,000 models, ``benchmarks/scale.py``) the constants equal those of the
+full simulation; a screened position could only matter if its rate over all paths exceeded
+``alpha`` while its first thousand paths showed at most 2.1%, which for a true rate of ``alpha``
+has probability below ``1e-6``.
+
+Being deterministic, the result is memoised in the process (the last :data:`MEMO_SIZE`) and kept on
+disk (:mod:`flasheval.placement.calibration_cache`), both keyed by a SHA-256 of the inputs' bytes
+(the pool's values, the looks' standard errors, the window table, the level, the simulation's
+settings and the algorithm's version): the same pool placed again, at another seed, by another
+sweep round, a backtest or another process returns the stored :class:`Calibration` at once.
 """
 
 from __future__ import annotations
@@ -44,10 +58,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flasheval.placement.calibration_cache import CALIBRATION_VERSION, read_cached, write_cached
 from flasheval.stats.sequential import continuation_probability, pocock_constant
 
-__all__ = ["Calibration", "brownian_paths", "stop_miss_rates", "rank_function", "top_limit_miss", "true_positions",
-           "calibrated_constant", "MEMO_SIZE"]
+__all__ = ["Calibration", "brownian_paths", "stop_miss_rates", "stop_misses", "rank_function", "top_limit_miss",
+           "true_positions", "limit_positions", "calibrated_constant", "MEMO_SIZE"]
 
 MEMO_SIZE = 1024
 """How many calibrations one process keeps (each is four floats; least recently used go first)."""
@@ -82,67 +97,112 @@ def brownian_paths(information: Sequence[float], n_paths: int, rng: np.random.Ge
 
 
 def stop_miss_rates(c: float, values: np.ndarray, se: np.ndarray, z: np.ndarray, fits: np.ndarray,
-                    thetas: np.ndarray) -> np.ndarray:
+                    thetas: np.ndarray, *, rank: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Per true position, ``P(the rank interval at the stopping look misses the true rank)``.
 
     ``values``: the pool's full-data aggregates, higher is better; ``se``: each look's standard error;
     ``z``: ``(paths, looks)`` standardized paths; ``fits[lo, hi]``: whether the rule stops on ``[lo, hi]``
     (shape at least ``(n_pool + 2, n_pool + 2)``); ``thetas``: true aggregates. A path that never stops
-    reaches the look where every example is scored, which cannot miss.
+    reaches the look where every example is scored, which cannot miss. ``rank``: ``rank_function(values)``,
+    when the caller has it already.
     """
-    rank = rank_function(values)
+    return stop_misses(c, values, se, z, fits, thetas, rank=rank) / z.shape[0]
+
+
+def stop_misses(c: float, values: np.ndarray, se: np.ndarray, z: np.ndarray, fits: np.ndarray,
+                thetas: np.ndarray, *, rank: Callable[[np.ndarray], np.ndarray] | None = None,
+                truths: np.ndarray | None = None) -> np.ndarray:
+    """:func:`stop_miss_rates` as counts of missing paths (``int64``, one per true position).
+
+    ``truths``: ``(positions, k)`` true ranks to score each position's paths against (default: the
+    rank of ``theta``, one column); the counts then have the same shape. Two true ranks at one
+    position are the limits from above and below a pool model's value: the same paths, the same
+    intervals, a true rank one apart.
+    """
+    rank = rank_function(values) if rank is None else rank
     theta = np.asarray(thetas, dtype=np.float64)
     se = np.asarray(se, dtype=np.float64)
     n_paths = z.shape[0]
-    true = rank(theta)
-    misses = np.zeros(len(theta), dtype=np.int64)
-    rows = np.repeat(np.arange(len(theta)), n_paths)  # the (position, path) pairs not stopped yet
-    cols = np.tile(np.arange(n_paths), len(theta))
+    by_look = np.ascontiguousarray(np.asarray(z, dtype=np.float64).T)  # one contiguous row of paths per look
+    width = fits.shape[1]
+    flat = np.ascontiguousarray(fits, dtype=bool).ravel()  # fits[lo, hi] == flat[lo * width + hi]
+    true = rank(theta)[:, None] if truths is None else np.asarray(truths, dtype=np.int64)
+    n_truths = true.shape[1]
+    # the (position, path) pairs not stopped yet, with their position's value and true ranks
+    rows = np.repeat(np.arange(len(theta), dtype=np.int32), n_paths)
+    cols = np.tile(np.arange(n_paths, dtype=np.int32), len(theta))
+    at, truth = theta[rows], true[rows]
+    misses = np.zeros((len(theta), n_truths), dtype=np.int64)
     for k in range(len(se)):
         if len(rows) == 0:
             break
-        est = theta[rows] + se[k] * z[cols, k]
-        lo, hi = rank(est + c * se[k]), rank(est - c * se[k])
-        stop = fits[lo, hi]
-        t = true[rows[stop]]
-        misses += np.bincount(rows[stop][(t < lo[stop]) | (t > hi[stop])], minlength=len(theta))
-        rows, cols = rows[~stop], cols[~stop]
-    return misses / n_paths
+        est = at + se[k] * by_look[k][cols]
+        half = c * se[k]
+        lo, hi = rank(est + half), rank(est - half)
+        stop = flat[lo * width + hi]
+        for j in range(n_truths):
+            missed = stop & ((truth[:, j] < lo) | (truth[:, j] > hi))
+            misses[:, j] += np.bincount(rows[missed], minlength=len(theta))
+        going = ~stop
+        rows, cols, at, truth = rows[going], cols[going], at[going], truth[going]
+    return misses[:, 0] if truths is None else misses
 
 
-def rank_function(values: Sequence[float], max_bins: int = 1 << 20) -> Callable[[np.ndarray], np.ndarray]:
-    """``rank(x) = 1 + #(values > x)``, vectorised; a bin table when the values are well apart, else ``searchsorted``.
+def rank_function(values: Sequence[float], *, bins_per_value: int = 16,
+                  max_occupancy: int = 6) -> Callable[[np.ndarray], np.ndarray]:
+    """``rank(x) = 1 + #(values > x)``, vectorised and exact: a bin table, ``searchsorted`` for crowded values.
 
-    The table splits ``[min - h, max + h]`` into bins of width ``h`` at most half the smallest gap
-    between values, so a bin holds at most one value: ``rank(x) = 1 + above[b] + (value[b] > x)`` for
-    ``x`` in bin ``b``, with ``above[b]`` the values in higher bins (exact, and several times faster
-    than a binary search on these sizes). Bins outside the range hold no value, so clipping is exact.
+    The distinct values' range is split into ``bins_per_value`` bins per distinct value. A query's bin
+    ``b = floor((x - x0) / h)`` is a non-decreasing function of ``x`` in floating point, so every value in a
+    higher bin is above ``x`` and every value in a lower bin below it: ``rank(x) = 1 + above[b] +`` the
+    values of bin ``b`` above ``x``, compared exactly (ties count with their multiplicity). It costs a
+    few gathers per query, whatever the pool's size; a binary search costs ``log2(n)`` dependent,
+    cache-missing steps. Where some bin holds more than ``max_occupancy`` distinct values (a tight
+    cluster), ``searchsorted`` serves instead.
 
     Examples
     --------
     >>> rank = rank_function([0.3, 0.9, 0.5])
     >>> rank(np.array([1.0, 0.9, 0.7, 0.5, 0.1, -5.0])).tolist()
     [1, 1, 2, 2, 4, 4]
+    >>> rank_function([0.2, 0.2, 0.7])(np.array([0.1, 0.2, 0.5])).tolist()  # ties count twice
+    [4, 2, 2]
     """
-    v = np.sort(np.asarray(values, dtype=np.float64))
-    desc = -v[::-1]  # ascending negatives: rank(x) = 1 + #(values > x) = 1 + searchsorted(desc, -x, "left")
-    gaps = np.diff(v)
-    span = float(v[-1] - v[0]) if len(v) else 0.0
-    if len(v) < 2 or gaps.min() <= 0 or span / (gaps.min() / 2) + 3 > max_bins:
-        return lambda x: 1 + np.searchsorted(desc, -np.asarray(x, dtype=np.float64), side="left")
-    h = gaps.min() / 2
-    x0 = v[0] - h
-    n_bins = int(np.ceil((v[-1] + h - x0) / h)) + 1
-    index = np.minimum(((v - x0) / h).astype(np.int64), n_bins - 1)
-    value = np.full(n_bins, -np.inf)
-    value[index] = v
-    counts = np.bincount(index, minlength=n_bins)
-    above = np.r_[np.cumsum(counts[::-1])[::-1][1:], 0]  # values in bins strictly above b
+    v = np.asarray(values, dtype=np.float64).ravel()
+    distinct, counts = np.unique(v, return_counts=True)
+    desc = -v[np.argsort(-v, kind="stable")]  # ascending negatives: rank(x) = 1 + searchsorted(desc, -x, "left")
+
+    def by_search(x: np.ndarray) -> np.ndarray:
+        return 1 + np.searchsorted(desc, -np.asarray(x, dtype=np.float64), side="left")
+
+    if len(distinct) < 2:
+        return by_search
+    h = float(distinct[-1] - distinct[0]) / (bins_per_value * len(distinct))
+    x0 = float(distinct[0]) - h
+    n_bins = int(np.ceil((distinct[-1] + h - x0) / h)) + 2
+    bin_of = np.clip(((distinct - x0) / h).astype(np.int64), 0, n_bins - 1)
+    occupancy = np.bincount(bin_of, minlength=n_bins)
+    slots = int(occupancy.max())
+    if slots > max_occupancy or not np.isfinite(h) or h <= 0:
+        return by_search
+    weight = np.bincount(bin_of, weights=counts, minlength=n_bins).astype(np.int64)
+    above = (1 + np.r_[np.cumsum(weight[::-1])[::-1][1:], 0]).astype(np.int64)  # 1 + values in higher bins
+    slot = np.arange(len(distinct)) - np.r_[0, np.cumsum(occupancy)][bin_of]  # position within its bin
+    slot_value = np.full((slots, n_bins), -np.inf)  # -inf: an empty slot is never above x
+    slot_value[slot, bin_of] = distinct
+    slot_count = np.zeros((slots, n_bins), dtype=np.int64)
+    slot_count[slot, bin_of] = counts
+    tied = bool((counts > 1).any())
 
     def rank(x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
-        b = np.clip(((x - x0) / h).astype(np.int64), 0, n_bins - 1)
-        return 1 + above[b] + (value[b] > x)
+        b = ((x - x0) / h).astype(np.int64)
+        np.clip(b, 0, n_bins - 1, out=b)
+        r = above[b]
+        for j in range(slots):
+            higher = slot_value[j][b] > x
+            r += slot_count[j][b] * higher if tied else higher
+        return r
 
     return rank
 
@@ -167,9 +227,37 @@ def true_positions(values: np.ndarray, n_grid: int = 50) -> np.ndarray:
     return np.unique(np.r_[grid, values - eps, values + eps])[::-1]
 
 
+def limit_positions(values: np.ndarray, n_grid: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`true_positions` as the simulation walks them: ``(thetas, truths)``, best first.
+
+    Each distinct pool value is one position with two true ranks, the limits from just above it
+    (``1 + #(values > v)``) and just below it (``1 + #(values >= v)``): the paths and their rank
+    intervals are the same on both sides (they differ only where an interval's end falls on a pool
+    value, an event of probability zero), so one simulation serves both. The grid's points (not
+    on a value) have one true rank, repeated.
+
+    Examples
+    --------
+    >>> thetas, truths = limit_positions(np.array([0.2, 0.7, 0.7]), n_grid=0)
+    >>> thetas.tolist(), truths.tolist()
+    ([0.7, 0.2], [[1, 3], [3, 4]])
+    """
+    values = np.asarray(values, dtype=np.float64)
+    rank = rank_function(values)
+    distinct = np.unique(values)
+    spread = max(float(np.ptp(values)), 1e-12)
+    grid = np.setdiff1d(np.linspace(values.min() - 0.02 * spread, values.max() + 0.02 * spread, n_grid), distinct)
+    above, below = rank(distinct), 1 + len(values) - np.searchsorted(np.sort(values), distinct, side="left")
+    thetas = np.r_[distinct, grid]
+    truths = np.r_[np.c_[above, below], np.c_[rank(grid), rank(grid)]].astype(np.int64)
+    order = np.argsort(-thetas, kind="stable")
+    return thetas[order], truths[order]
+
+
 def calibrated_constant(values: Sequence[float], se: Sequence[float], fits: np.ndarray, confidence_level: float, *,
                         n_paths: int = 4000, scales: Sequence[float] = (0.25, 0.5, 1.0, 2.0), step: float = 0.025,
-                        seed: int = 0, chunk: int = 8) -> Calibration:
+                        seed: int = 0, chunk: int = 32, screen_paths: int = 1000,
+                        screen_tail: float = 1e-6) -> Calibration:
     """The smallest constant ``c`` (``lower_bound + j step``) whose worst miss rate at the stop is ``<= alpha``.
 
     Parameters
@@ -186,7 +274,10 @@ def calibrated_constant(values: Sequence[float], se: Sequence[float], fits: np.n
         Monte Carlo paths, the new model's spreads relative to the pool's, the grid of constants,
         the paths' seed (fixed: the result depends only on the pool and the looks).
     chunk
-        True positions per vectorised block (memory: ``chunk x n_paths x looks``).
+        True positions per vectorised block (memory: ``chunk x n_paths``).
+    screen_paths, screen_tail
+        The screen (module docstring): paths every position is first simulated on, and the binomial
+        tail below which a position is not simulated further (``screen_paths >= n_paths``: no screen).
 
     Examples
     --------
@@ -196,13 +287,22 @@ def calibrated_constant(values: Sequence[float], se: Sequence[float], fits: np.n
     (1.645, True, True)
     >>> calibrated_constant([0.0], [1.0], fits, 0.95, n_paths=20_000) is cal  # memoised: the same inputs
     True
+    >>> calibrated_constant([0.0], [1.0], fits, 0.95, n_paths=20_000, screen_paths=20_000).constant == cal.constant
+    True
     """
-    key = _memo_key(values, se, fits, confidence_level, n_paths, scales, step, seed)
+    key = _memo_key(values, se, fits, confidence_level, n_paths, scales, step, seed, screen_paths, screen_tail)
     found = _MEMO.get(key)
     if found is not None:
         _MEMO.move_to_end(key)
         return found
-    cal = _calibrate(values, se, fits, confidence_level, n_paths=n_paths, scales=scales, step=step, seed=seed, chunk=chunk)
+    stored = read_cached(key)
+    if stored is not None:
+        cal = Calibration(**stored)
+    else:
+        cal = _calibrate(values, se, fits, confidence_level, n_paths=n_paths, scales=scales, step=step, seed=seed,
+                         chunk=chunk, screen_paths=screen_paths, screen_tail=screen_tail)
+        write_cached(key, {"constant": cal.constant, "pocock": cal.pocock, "lower_bound": cal.lower_bound,
+                           "worst_miss": cal.worst_miss})
     _MEMO[key] = cal
     while len(_MEMO) > MEMO_SIZE:
         _MEMO.popitem(last=False)
@@ -213,19 +313,21 @@ _MEMO: OrderedDict[str, Calibration] = OrderedDict()
 
 
 def _memo_key(values: Sequence[float], se: Sequence[float], fits: np.ndarray, confidence_level: float, n_paths: int,
-              scales: Sequence[float], step: float, seed: int) -> str:
+              scales: Sequence[float], step: float, seed: int, screen_paths: int, screen_tail: float) -> str:
     """SHA-256 of everything the result depends on (``chunk`` only sets memory), as exact bytes."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"flasheval calibration {CALIBRATION_VERSION}".encode())
     for array in (np.asarray(values, dtype=np.float64), np.asarray(se, dtype=np.float64),
                   np.asarray(fits, dtype=bool), np.asarray(scales, dtype=np.float64),
-                  np.array([confidence_level, step], dtype=np.float64), np.array([n_paths, seed], dtype=np.int64)):
+                  np.array([confidence_level, step, screen_tail], dtype=np.float64),
+                  np.array([n_paths, seed, screen_paths], dtype=np.int64)):
         digest.update(repr(array.shape).encode())
         digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()
 
 
 def _calibrate(values: Sequence[float], se: Sequence[float], fits: np.ndarray, confidence_level: float, *,
-               n_paths: int, scales: Sequence[float], step: float, seed: int, chunk: int) -> Calibration:
+               n_paths: int, scales: Sequence[float], step: float, seed: int, chunk: int,
+               screen_paths: int, screen_tail: float) -> Calibration:
     """:func:`calibrated_constant` without the memo."""
     alpha = 1.0 - confidence_level
     se_arr = np.asarray(se, dtype=np.float64)
@@ -236,20 +338,65 @@ def _calibrate(values: Sequence[float], se: Sequence[float], fits: np.ndarray, c
     pocock = pocock_constant(tuple(information), alpha)
     bound = pocock_constant(tuple(information), min(2.0 * alpha, 0.999))
     z = brownian_paths(information, n_paths, np.random.default_rng(seed))
-    thetas = true_positions(values_arr)
+    thetas, truths = limit_positions(values_arr)
+    search = _Search(values=values_arr, se=se_arr, z=z, fits=fits, thetas=thetas, truths=truths,
+                     rank=rank_function(values_arr), alpha=alpha, chunk=chunk,
+                     screen=_screen_size(n_paths, screen_paths, alpha, screen_tail))
     c = bound
     while c < pocock:
         worst = top_limit_miss(c, information)
         if worst <= alpha:
             for s in scales:  # fail fast: the worst case is usually next to the best pool model, first in order
-                for start in range(0, len(thetas), chunk):
-                    worst = max(worst, float(stop_miss_rates(c, values_arr, s * se_arr, z, fits,
-                                                             thetas[start:start + chunk]).max()))
-                    if worst > alpha:
-                        break
+                worst = max(worst, search.worst(c, s))
                 if worst > alpha:
                     break
         if worst <= alpha:
-            return Calibration(constant=c, pocock=pocock, lower_bound=bound, worst_miss=worst)
+            return Calibration(constant=float(c), pocock=pocock, lower_bound=bound, worst_miss=worst)
         c = bound + step * (np.floor((c - bound) / step + 1e-9) + 1)
     return Calibration(constant=pocock, pocock=pocock, lower_bound=bound, worst_miss=float("nan"))
+
+
+def _screen_size(n_paths: int, screen_paths: int, alpha: float, screen_tail: float) -> tuple[int, int]:
+    """``(paths, least misses)`` of the screen: a position whose first ``paths`` paths miss fewer than
+    ``least`` times is not simulated further; ``(n_paths, 0)`` (no screen) where a screen would prune nothing."""
+    from scipy import stats
+
+    n = min(screen_paths, n_paths)
+    least = int(stats.binom.ppf(screen_tail, n, alpha))  # smallest m with P(Binomial(n, alpha) <= m) >= tail
+    return (n, least) if 0 < n < n_paths and least > 0 else (n_paths, 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Search:
+    """What every constant tried shares: the pool, the looks, the paths, the true positions, the screen."""
+
+    values: np.ndarray
+    se: np.ndarray
+    z: np.ndarray
+    fits: np.ndarray
+    thetas: np.ndarray
+    truths: np.ndarray
+    rank: Callable[[np.ndarray], np.ndarray]
+    alpha: float
+    chunk: int
+    screen: tuple[int, int]
+
+    def worst(self, c: float, scale: float) -> float:
+        """The largest miss rate at the stop over the true positions at spread ``scale`` (all paths),
+        returned as soon as one exceeds ``alpha``; positions the screen clears are left out."""
+        n_screen, least = self.screen
+        n_paths = self.z.shape[0]
+        se = scale * self.se
+        worst = 0.0
+        for start in range(0, len(self.thetas), self.chunk):
+            thetas, truths = self.thetas[start:start + self.chunk], self.truths[start:start + self.chunk]
+            misses = stop_misses(c, self.values, se, self.z[:n_screen], self.fits, thetas, rank=self.rank, truths=truths)
+            doubtful = (misses >= least).any(axis=1)
+            if n_screen < n_paths and doubtful.any():
+                misses = misses[doubtful] + stop_misses(c, self.values, se, self.z[n_screen:], self.fits,
+                                                        thetas[doubtful], rank=self.rank, truths=truths[doubtful])
+            if doubtful.any():
+                worst = max(worst, float(misses.max()) / n_paths)
+            if worst > self.alpha:
+                break
+        return worst

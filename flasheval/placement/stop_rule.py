@@ -61,13 +61,19 @@ def window_fits(plan: TierPlan, n_ranks: int, low_rank: int | None = None) -> np
     for r in range(1, n_ranks + 1):  # the window of rank r holds every [lo, hi] with r - k <= lo <= r <= hi <= r + k
         k = plan.tier_for(r).resolution
         fits[max(1, r - k):r + 1, r:min(n_ranks, r + k) + 1] = True
-    lo, hi = np.indices(fits.shape)
     for tier in plan.tiers:  # an interval reaching a maximal tier must be that single rank
         if tier.resolution == 0:
-            reaches = (hi >= tier.first) & (lo <= (n_ranks if tier.last is None else tier.last))
-            fits &= ~(reaches & (lo != hi))
-    if low_rank is not None:
-        fits |= (lo >= low_rank) & (lo <= hi) & (hi <= n_ranks)
+            # [lo, hi] reaches the tier when hi >= first and lo <= last: those rows and columns, off the diagonal
+            last = n_ranks if tier.last is None else tier.last
+            block = fits[:last + 1, tier.first:]
+            keep = np.diagonal(block, offset=-tier.first).copy() if last >= tier.first else None
+            block[:] = False
+            if keep is not None:
+                idx = np.arange(tier.first, tier.first + len(keep))
+                fits[idx, idx] = keep
+    if low_rank is not None:  # every [lo, hi] with low_rank <= lo <= hi <= n_ranks
+        fits[low_rank:n_ranks + 1, :n_ranks + 1] |= np.triu(np.ones((n_ranks + 1 - low_rank, n_ranks + 1), dtype=bool),
+                                                           k=low_rank)
     return fits
 
 

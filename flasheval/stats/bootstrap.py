@@ -258,6 +258,8 @@ def rank_distribution(
                                                  population_sizes=population_sizes, n_resamples=n_resamples, rng=rng,
                                                  score_bounds=bounds)
         observed = np.vstack([new_obs[None, :], full])
+        if kind != "win_rate":  # each model's aggregate is its own row's: the pool's is one fixed vector
+            return _rank_summary_fixed_pool(observed, new_rep, options, direction, confidence_level)
         replicates = np.concatenate([new_rep[:, None, :], np.broadcast_to(full, (n_resamples, *full.shape))], axis=1)
         return _rank_summary(observed, replicates, options, direction, confidence_level)
     if estimator != "paired":
@@ -411,9 +413,29 @@ def _rank_summary(observed: np.ndarray, replicates: np.ndarray, options: dict, d
     rep_agg = aggregate(replicates, **options)
     mid = float(rank_among(obs_agg[0], obs_agg[1:], higher_is_better=direction))
     reps = rank_among(rep_agg[:, 0], rep_agg[:, 1:], higher_is_better=direction)
+    return _rank_result(mid, reps, confidence_level, observed.shape[0] - 1)
+
+
+def _rank_summary_fixed_pool(observed: np.ndarray, new_replicates: np.ndarray, options: dict, direction: bool,
+                             confidence_level: float) -> RankDistribution:
+    """:func:`_rank_summary` when only row 0 varies over the replicates (``new_replicates``: ``(R, n_datasets)``)
+    and each row's aggregate is its own (``mean``, ``centered``): the pool is aggregated once and each
+    replicate's mid-rank counted in the sorted pool, ``O(R log n)`` instead of ``O(R n)``; the same numbers."""
+    obs_agg = aggregate(observed, **options)
+    rep_new = aggregate(new_replicates[:, None, :], **options)[:, 0]
+    mid = float(rank_among(obs_agg[0], obs_agg[1:], higher_is_better=direction))
+    pool = np.sort(obs_agg[1:])
+    below, not_above = np.searchsorted(pool, rep_new, side="left"), np.searchsorted(pool, rep_new, side="right")
+    better = len(pool) - not_above if direction else below
+    reps = 1.0 + better + 0.5 * (not_above - below)
+    return _rank_result(mid, reps, confidence_level, observed.shape[0] - 1)
+
+
+def _rank_result(mid: float, reps: np.ndarray, confidence_level: float, n_models: int) -> RankDistribution:
+    """The :class:`RankDistribution` of a point mid-rank and its replicates."""
     lo, hi = percentile_interval(reps, confidence_level)
     # widen half-integer mid-ranks outward to whole ranks; always contain the point rank
     point = int(math.floor(mid + 0.5))
     interval = (min(int(math.floor(lo)), point), max(int(math.ceil(hi)), point))
     return RankDistribution(mid_rank=mid, replicates=reps, confidence_level=confidence_level,
-                            interval=interval, n_models=observed.shape[0] - 1)
+                            interval=interval, n_models=n_models)

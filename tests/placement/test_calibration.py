@@ -220,8 +220,8 @@ def test_calibrated_constant_is_memoised_by_value_with_a_bounded_memo(monkeypatc
     monkeypatch.setattr(calibration, "_MEMO", OrderedDict())
     monkeypatch.setattr(calibration, "MEMO_SIZE", 2)
     calls = []
-    real = calibration.stop_miss_rates
-    monkeypatch.setattr(calibration, "stop_miss_rates", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = calibration.stop_misses
+    monkeypatch.setattr(calibration, "stop_misses", lambda *a, **k: calls.append(1) or real(*a, **k))
     fits = np.ones((4, 4), dtype=bool)  # one pool model, every interval stops at once
 
     def calibrate(value: float = 0.5, confidence_level: float = 0.95, **kwargs) -> Calibration:

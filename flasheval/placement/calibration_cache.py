@@ -1,0 +1,84 @@
+"""Calibrations kept on disk, so repeated placements, sweeps and backtests on one pool pay once.
+
+A calibration (:func:`flasheval.placement.calibration.calibrated_constant`) is a deterministic function
+of its inputs: the pool's full-data aggregates, the looks' standard errors, the plan's stop table, the
+level and the simulation's settings. Its key is a SHA-256 of those exact bytes and of
+:data:`CALIBRATION_VERSION`, so it covers the reference's content (its scores give the aggregates and
+spreads), the plan (tiers, stages, allocation, level) and the looks; a budget matters only through the
+plan (a capped run uses Pocock's constant and calibrates nothing). Invalidation is by content: any
+change of inputs is another key, and a change of the algorithm bumps the version. Nothing is ever
+stale; old entries are merely unused (delete the folder to reclaim the space).
+
+Where: ``$FLASHEVAL_CACHE/calibration/`` when the variable is set (``off`` or empty: no disk cache),
+else ``$XDG_CACHE_HOME/flasheval/calibration/`` or ``~/.cache/flasheval/calibration/``. One small JSON
+file per calibration, written atomically (a temporary file renamed), so concurrent processes can share
+the folder. An unreadable entry is recomputed and rewritten; an unwritable folder gives one warning and
+the run goes on without the disk cache.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["CALIBRATION_VERSION", "cache_folder", "read_cached", "write_cached"]
+
+logger = logging.getLogger(__name__)
+
+CALIBRATION_VERSION = "2"
+"""Part of every key: bumped whenever the calibration's algorithm changes what it returns."""
+
+_FIELDS = ("constant", "pocock", "lower_bound", "worst_miss")
+_warned: set[str] = set()
+
+
+def cache_folder() -> Path | None:
+    """The folder calibrations are kept in, or ``None`` when the disk cache is off (``FLASHEVAL_CACHE=off``)."""
+    chosen = os.environ.get("FLASHEVAL_CACHE")
+    if chosen is not None:
+        return None if chosen.strip().lower() in ("", "off", "0", "none") else Path(chosen) / "calibration"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "flasheval" / "calibration"
+
+
+def _path(key: str) -> Path | None:
+    folder = cache_folder()
+    return None if folder is None else folder / key[:2] / f"{key}.json"
+
+
+def read_cached(key: str) -> dict[str, float] | None:
+    """The stored fields of calibration ``key`` (``constant``, ``pocock``, ``lower_bound``, ``worst_miss``), or ``None``."""
+    path = _path(key)
+    if path is None or not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("key") != key or data.get("version") != CALIBRATION_VERSION:
+            raise ValueError("key or version differs")
+        return {name: float(data[name]) for name in _FIELDS}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("%s: unreadable cached calibration (%s); recomputing it", path, exc)
+        return None
+
+
+def write_cached(key: str, fields: dict[str, float]) -> None:
+    """Store calibration ``key`` atomically; an unwritable cache folder is warned about once, then skipped."""
+    path = _path(key)
+    if path is None:
+        return
+    payload = {"key": key, "version": CALIBRATION_VERSION, **{name: float(fields[name]) for name in _FIELDS}}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh)
+        os.replace(tmp, path)
+    except OSError as exc:
+        folder = str(path.parent.parent)
+        if folder not in _warned:
+            _warned.add(folder)
+            logger.warning("%s: cannot write the calibration cache (%s); set FLASHEVAL_CACHE to another folder "
+                           "or to off", folder, exc.strerror or exc)
