@@ -1,12 +1,16 @@
 """Crash-safe results store and the caching wrapper that serves from it.
 
-The store is one append-only JSON-lines file (``results.jsonl``). Each line is one finished
+A store folder holds one append-only JSON-lines shard per model, ``<folder>/shards/<hash>.jsonl``
+(files and their recovery: :mod:`flasheval.engine.store_shards`). Each line is one finished
 request: ``{"fp": model fingerprint, "key": request key, "kind": ..., "result": {...},
-"crc": checksum}``. Lines are appended and ``fsync``-ed batch by batch by the single writer
-(the main process; a lock file refuses a second writer), so after ``kill -9`` every batch
-that finished is on disk. A crash mid-write can leave one torn last line: on open it fails
-its checksum, is dropped with a warning and cut off the file, and no other line is touched.
-A corrupt line in the middle (disk damage) is skipped with a warning, the rest kept.
+"crc": checksum}``. Lines are appended and ``fsync``-ed batch by batch by the model's single
+writer, so after ``kill -9`` every batch that finished is on disk. Each shard has its own lock:
+runs of different models write into one folder at once, and a second run of the same model is
+refused when it opens the store, before it computes anything. A crash mid-write can leave one
+torn last line: on open it fails its checksum, is dropped with a warning and cut off the file,
+and no other line is touched. A corrupt line in the middle (disk damage) is skipped with a
+warning, the rest kept. A store written by an earlier release (one ``results.jsonl`` for every
+model) is read as it is and split into shards by the first writer that opens it.
 
 The key is ``(model fingerprint, request key)``: the request key hashes the request's
 content only, so it does not depend on the world size, batch size, order or example id;
@@ -16,17 +20,25 @@ two tasks asking the same question of the same model share one stored answer.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from flasheval.engine.base import Backend, OnResults
-from flasheval.engine.journal import append_lines, read_journal, truncate_journal
+from flasheval.engine.journal import append_lines
+from flasheval.engine.store_shards import (
+    encode_record,
+    fsync_dir,
+    iter_store,
+    load_legacy,
+    load_shard,
+    lock_shard,
+    migrate_legacy,
+    shard_path,
+)
 from flasheval.errors import BackendError
-from flasheval.hashing import stable_hash
 from flasheval.types import (
     GenerationRequest,
     GenerationResult,
@@ -38,102 +50,69 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["ResultStore", "CachedBackend", "STORE_FILE"]
+__all__ = ["ResultStore", "CachedBackend", "iter_store", "shard_path"]
 
 logger = logging.getLogger(__name__)
 
-STORE_FILE = "results.jsonl"
-_KINDS: dict[str, type] = {
-    "ll": LoglikelihoodResult,
-    "gen": GenerationResult,
-    "roll": RollingLoglikelihoodResult,
-}
-_KIND_OF = {cls: kind for kind, cls in _KINDS.items()}
-
-
-def _checksum(record: dict[str, Any]) -> str:
-    return stable_hash({k: v for k, v in record.items() if k != "crc"}, n_chars=16)
-
-
-def _encode(fingerprint: str, key: str, result: Result) -> str:
-    record = {"fp": fingerprint, "key": key, "kind": _KIND_OF[type(result)], "result": dataclasses.asdict(result)}
-    record["crc"] = _checksum(record)
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-
-
-def _decode(line: bytes) -> dict[str, Any] | None:
-    """The record on ``line``, or ``None`` when it is torn or corrupt."""
-    try:
-        record = json.loads(line)
-        if not isinstance(record, dict) or record.get("crc") != _checksum(record) or record["kind"] not in _KINDS:
-            return None
-        return record
-    except (ValueError, KeyError, TypeError):
-        return None
-
 
 class ResultStore:
-    """Append-only results for one model fingerprint, in ``<folder>/results.jsonl``.
+    """Append-only results for one model fingerprint, in ``<folder>/shards/<hash>.jsonl``.
+
+    Opening reads that model's shard only (plus, until a writer has migrated it, an earlier
+    release's ``results.jsonl``): its cost does not grow with other models' results.
 
     Parameters
     ----------
     folder
-        Where the store lives (created if missing). Several models may share one store.
+        Where the store lives (created if missing). Several models may share one store, and
+        runs of different models may write into it at the same time.
     fingerprint
-        The model whose results are read and written; other models' lines are kept but ignored.
+        The model whose results are read and written.
     writer
         ``True`` in the single process that appends (the main process); readers only load.
+
+    Raises
+    ------
+    BackendError
+        For a writer, when another run already writes this model into ``folder``.
+
+    Attributes
+    ----------
+    path
+        The model's shard file.
     """
 
     def __init__(self, folder: str | os.PathLike[str], *, fingerprint: str, writer: bool = True) -> None:
-        self.path = Path(folder) / STORE_FILE
+        self.folder = Path(folder)
+        self.path = shard_path(self.folder, fingerprint)
         self.fingerprint = fingerprint
         self.writer = writer
-        self._results: dict[str, Result] = {}
-        self._fh = None
+        self._fh: BinaryIO | None = None
         self._lock_fd: int | None = None
-        if writer:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._acquire_lock()
-        self._load()
-        if writer:
-            self._fh = self.path.open("ab")
-
-    def _acquire_lock(self) -> None:
-        import fcntl
-
-        fd = os.open(self.path.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            raise BackendError(f"results store {str(self.path)!r} is in use by another flasheval run") from exc
-        self._lock_fd = fd
+            self._results = self._open() if writer else self._read()
+        except BaseException:
+            self.close()
+            raise
 
-    def _load(self) -> None:
-        contents = read_journal(self.path)
-        good_end = contents.size - contents.torn_tail
-        n_lines = len(contents.lines)
-        for number, line in enumerate(contents.lines, start=1):
-            record = _decode(line)
-            if record is None:
-                if number == n_lines and not contents.torn_tail:
-                    # A complete last line that fails its checksum is a torn write too.
-                    good_end -= len(line) + 1
-                    self._warn_torn(number)
-                else:
-                    logger.warning("%s:%d: corrupt record skipped; other records kept", self.path, number)
-                continue
-            if record["fp"] == self.fingerprint:
-                self._results[record["key"]] = _KINDS[record["kind"]](**record["result"])
-        if contents.torn_tail:
-            self._warn_torn(n_lines + 1)
-        if self.writer and good_end < contents.size:
-            truncate_journal(self.path, good_end)
+    def _open(self) -> dict[str, Result]:
+        """Migrate an old single file, take this model's lock, repair and load its shard, open it for appends."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        migrate_legacy(self.folder)
+        self._lock_fd = lock_shard(self.folder, self.fingerprint)
+        results = load_shard(self.path, self.fingerprint, writer=True)
+        created = not self.path.exists()
+        self._fh = self.path.open("ab")
+        if created:
+            os.fsync(self._fh.fileno())
+            fsync_dir(self.path.parent)
+        return results
 
-    def _warn_torn(self, number: int) -> None:
-        if self.writer:
-            logger.warning("%s:%d: torn last record (interrupted write) dropped; it will be recomputed", self.path, number)
+    def _read(self) -> dict[str, Result]:
+        # The old file first: if a writer migrates it meanwhile, the shard read after holds its records.
+        results = load_legacy(self.folder, self.fingerprint)
+        results.update(load_shard(self.path, self.fingerprint, writer=False))
+        return results
 
     def __len__(self) -> int:
         return len(self._results)
@@ -148,7 +127,7 @@ class ResultStore:
         for key, result in fresh:
             self._results[key] = result
         if self._fh is not None and fresh:
-            append_lines(self._fh, [_encode(self.fingerprint, key, result) for key, result in fresh])
+            append_lines(self._fh, [encode_record(self.fingerprint, key, result) for key, result in fresh])
 
     def close(self) -> None:
         """Close the file and release the writer lock."""

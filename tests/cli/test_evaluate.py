@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from flasheval import cli
-from flasheval.engine.store import STORE_FILE
+from flasheval.engine.store import iter_store
 from flasheval.records import read_record
 from tests.conftest import REPO_ROOT
 from tests.engine.conftest import smollm_gguf
@@ -111,7 +111,7 @@ def test_evaluate_writes_records_and_summary(reference_run):
     summary = read_record(reference_run / "summary.json").payload
     assert summary["n_examples"] == 6 and summary["n_requests_from_store"] == 0
     assert set(summary["tasks"]) == {"copa", "winograd", "lambada_openai"}
-    assert summary["n_requests_computed"] == len((reference_run / "store" / STORE_FILE).read_text().splitlines())
+    assert summary["n_requests_computed"] == sum(1 for _ in iter_store(reference_run / "store"))
     assert summary["n_parameters"] == 134_515_008  # SmolLM2-135M's published count (tied embeddings)
     continuation_tokens = sum(sum(r["choice_n_tokens"]) for r in records)
     assert summary["n_tokens"] > continuation_tokens  # plus every distinct context once
@@ -139,14 +139,15 @@ def test_resume_after_kill_recomputes_nothing_finished(reference_run, smollm_mod
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "flasheval", *argv, "--batch-size", "1"]
     process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    store = output / "store" / STORE_FILE
+    shards = output / "store" / "shards"  # one model: one shard
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
-        if store.exists() and len(store.read_bytes().splitlines()) >= 3:
+        if any(len(shard.read_bytes().splitlines()) >= 3 for shard in shards.glob("*.jsonl")):
             break
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    (store,) = shards.glob("*.jsonl")
     n_before = len(store.read_bytes().splitlines())
     assert 3 <= n_before < 10, "the run finished before it could be killed"
     with store.open("ab") as fh:  # what a kill in the middle of a write leaves behind

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from flasheval.engine.distributed import DistributedBackend, _example_units
-from flasheval.engine.store import STORE_FILE, CachedBackend, ResultStore
+from flasheval.engine.store import CachedBackend, ResultStore, iter_store
 from flasheval.types import LoglikelihoodRequest
 from tests.conftest import REPO_ROOT
 from tests.engine.conftest import tiny_model_and_tokenizer
@@ -101,6 +101,11 @@ def _resume_alone(store_dir: Path) -> tuple[list, int]:
     return _rows(results), cached.n_computed
 
 
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` and its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def _prefill(store_dir: Path, pairs) -> None:
     backend = backend_for_test()
     with ResultStore(store_dir, fingerprint=backend.fingerprint) as store:
@@ -124,7 +129,7 @@ def launched(tmp_path_factory) -> dict:
     _prefill(separate / "store1", wrong)
     _prefill(root / "alone", main_part)
     expected, n_alone = _resume_alone(root / "alone")
-    other_before = (separate / "store1" / STORE_FILE).read_bytes()
+    other_before = _snapshot(separate / "store1")
     launch(Path(__file__).with_name("_distributed_worker.py"), str(shared), "--also-separate", str(separate),
            timeout=300)
     return {"shared": shared, "separate": separate, "single": _rows(full), "resumed": expected, "n_alone": n_alone,
@@ -142,8 +147,8 @@ def test_two_processes_equal_one_exactly(launched):
         assert rank["results"] == expected  # bitwise: same batches whatever the world size
     assert ranks[0]["n_scored"] + ranks[1]["n_scored"] == len(requests)  # each request scored once
     assert min(rank["n_scored"] for rank in ranks) > 0  # both processes worked
-    lines = (shared / STORE_FILE).read_text().splitlines()
-    assert len(lines) == len(requests)  # written once, by the main process only
+    stored = [r.key for r in iter_store(shared)]
+    assert sorted(stored) == sorted({r.key for r in requests})  # written once, by the main process only
 
 
 @pytest.mark.slow
@@ -156,9 +161,9 @@ def test_processes_with_different_store_folders_plan_from_the_main_process(launc
         assert rank["results"] == launched["resumed"]  # bitwise: the same plan as one process resuming from the main's store
     assert ranks[0]["n_scored"] + ranks[1]["n_scored"] == len(requests) - 5  # each missing request once
     assert min(rank["n_scored"] for rank in ranks) > 0  # both processes worked
-    lines = (separate / "store0" / STORE_FILE).read_text().splitlines()
-    assert len(lines) == len(requests)  # everything computed anywhere ends in the main process's store
-    assert (separate / "store1" / STORE_FILE).read_bytes() == launched["other_before"]  # the other process never writes
+    stored = [r.key for r in iter_store(separate / "store0")]
+    assert sorted(stored) == sorted({r.key for r in requests})  # everything computed anywhere ends in the main's store
+    assert _snapshot(separate / "store1") == launched["other_before"]  # the other process never writes
 
 
 def test_example_units_never_split_an_example():

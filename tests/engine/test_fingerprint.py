@@ -30,9 +30,9 @@ def test_local_folder_digest_covers_the_model_files_only(tmp_path):
     folder = _save_tiny(tmp_path / "model", seed=0)
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
     before = path_digest(folder)
-    (folder / "run" / "store").mkdir(parents=True)  # an --output written inside the model folder
+    (folder / "run" / "store" / "shards").mkdir(parents=True)  # an --output written inside the model folder
     (folder / "run" / "summary.json").write_text("{}")
-    (folder / "run" / "store" / "results.jsonl").write_text("{}\n")
+    (folder / "run" / "store" / "shards" / "0123abcd.jsonl").write_text("{}\n")
     (folder / "summary.json").write_text("{}")
     (folder / "README.md").write_text("notes")
     assert path_digest(folder) == before

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from flasheval.cli import main
+from flasheval.engine.store import iter_store
 from flasheval.reference import read_lm_eval_samples
 from tests._tiny_models import save_tiny_models
 from tests.conftest import REPO_ROOT
@@ -76,8 +77,8 @@ def test_two_data_parallel_processes_equal_one(tiny, lmeval_tasks, tmp_path):
     done = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _samples(single) == _samples(double)
-    stored = (double / "store" / "results.jsonl").read_text().splitlines()
-    assert len(stored) == len({json.loads(x)["key"] for x in stored})  # one writer, each request once
+    stored = [(r.fingerprint, r.key) for r in iter_store(double / "store")]
+    assert stored and len(stored) == len(set(stored))  # one writer, each request once
 
 
 def test_without_lm_eval_the_command_says_how_to_install_it(tmp_path):
