@@ -11,22 +11,13 @@ import time
 from pathlib import Path
 
 from flasheval.cli._built import print_built
-from flasheval.cli._options import add_progress_options, step_printer
+from flasheval.cli._options import add_device_map_options, add_progress_options, device_map_arguments, step_printer
 from flasheval.cli.lm_eval import add_lm_eval_task_options
 from flasheval.api.build import build_reference
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import DTYPES
-from flasheval.reference import (
-    IMPORT_FORMATS,
-    MANIFEST_FILE,
-    MISSING_POLICIES,
-    load_reference,
-    read_lm_eval_samples,
-    read_lm_eval_settings,
-    read_long_parquet,
-    references_root,
-    write_reference,
-)
+from flasheval.reference import IMPORT_FORMATS, MANIFEST_FILE, MISSING_POLICIES, load_reference
+from flasheval.reference.importing import ImportedReference, import_reference
 from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["register", "run"]
@@ -89,6 +80,7 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--seed", type=int, default=1234, help="fixes example order and few-shot sets (default: %(default)s)")
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="pinned in the reference (default: %(default)s)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: %(default)s)")
+    add_device_map_options(p)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--no-prefix-space", action="store_true",
                    help="do not prepend a space to continuations (SentencePiece-only pools; default: prefix space)")
@@ -106,7 +98,8 @@ def _build(args: argparse.Namespace) -> int:
         args.models, name=args.name, engine=args.engine, suite=args.suite, tasks=args.tasks, task_dir=args.task_dir,
         include_path=args.include_path, num_fewshot=args.num_fewshot, fewshot_seed=args.fewshot_seed,
         metric=args.metric, n_examples=args.n_examples, seed=args.seed, dtype=args.dtype, device=args.device,
-        batch_size=args.batch_size, prefix_space=not args.no_prefix_space, output_root=args.output_root,
+        batch_size=args.batch_size, **device_map_arguments(args), prefix_space=not args.no_prefix_space,
+        output_root=args.output_root,
         work_dir=args.work_dir, force=args.force, argv=sys.argv[1:], progress=step_printer(args))
     if built.reference is None:  # the other processes of a launch: the main process wrote and prints
         return 0
@@ -121,51 +114,43 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    build, note = None, ""
-    for option, value, applies in (("--suite", args.suite, "long-parquet"),
-                                   ("--include-path", args.include_path, "lm-eval-samples")):
-        if value is not None and args.format != applies:
-            raise InputError(f"applies to --format {applies} only", field=option)
-    if args.format == "long-parquet":
-        frame = read_long_parquet(args.source_path, suite=args.suite)
-    else:
-        frame = read_lm_eval_samples(args.source_path, metric=args.metric)
-        include = str(Path(args.include_path).resolve()) if args.include_path else ""
-        settings, why = read_lm_eval_settings(args.source_path, metric=args.metric, include_path=include)
-        build = None if settings is None else settings.to_json()
-        note = (f"; lm-eval {settings.lm_eval_version} task settings recorded: live models can be placed"
-                if settings else f"; no task settings ({why}): replay only")
     baselines = None
     if args.random_baselines:
         try:
             baselines = json.loads(Path(args.random_baselines).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise InputError(f"cannot read random baselines ({exc})", path=args.random_baselines) from None
-    out = references_root(args.output_dir) / args.name
-    if (out / MANIFEST_FILE).exists() and not args.force:
-        raise InputError("reference already exists (use --force to overwrite)", path=out)
-    built = f"flasheval reference import --format {args.format} {Path(args.source_path).name}" + (
-        f" --suite {args.suite}" if args.suite else "") + (f" --metric {args.metric}" if args.metric else "")
-    suites = sorted(map(str, frame["suite"].unique())) if "suite" in frame.columns else []
-    try:
-        write_reference(out, frame, name=args.name, source=args.source or str(args.source_path), licence=args.licence,
-                        metric=args.metric_description or args.metric or "score",
-                        higher_is_better=not args.lower_is_better, aggregate=args.aggregate,
-                        random_baselines=baselines, built_with=built, build=build, notes=args.notes,
-                        input_path=args.source_path)
-    except InputError as exc:
-        if args.suite is None and len(suites) > 1 and "--suite" in exc.reason:
-            raise InputError(f"{exc.reason}; the file's suites: {', '.join(suites)}", path=exc.path, line=exc.line,
-                             field=exc.field) from None
-        raise
-    try:
-        ref = load_reference(out)
-    except InputError:  # usable only with the other policy (write_reference checked that one is)
-        ref = load_reference(out, missing="common-datasets")
-        note += "; load it with --missing common-datasets (not every model has every dataset)"
-    print(f"wrote {out}: {ref.n_models} models, {len(ref.dataset_names)} datasets, "
-          f"{sum(len(e) for e in ref.example_ids)} examples; excluded {len(ref.excluded)}{note}")
+    imported = import_reference(
+        args.source_path, source_format=args.format, name=args.name, output_dir=args.output_dir, suite=args.suite,
+        metric=args.metric, source=args.source, licence=args.licence, metric_description=args.metric_description,
+        higher_is_better=not args.lower_is_better, aggregate=args.aggregate, random_baselines=baselines,
+        include_path=args.include_path, notes=args.notes, force=args.force)
+    for line in _import_summary(imported, lm_eval=args.format == "lm-eval-samples"):
+        print(line)
     return 0
+
+
+_SHOWN_NAMES = 10
+
+
+def _import_summary(imported: ImportedReference, *, lm_eval: bool = False) -> list[str]:
+    """What ``reference import`` prints: the pool written, then the models dropped for missing results, by name."""
+    w, settings = imported.written, imported.settings
+    note = ""
+    if lm_eval:
+        note = (f"; lm-eval {settings.lm_eval_version} task settings recorded: live models can be placed" if settings
+                else f"; no task settings ({imported.no_settings}): replay only")
+    if w.missing_policy != "complete-models":
+        note += "; load it with --missing common-datasets (not every model has every dataset)"
+    lines = [f"wrote {w.path}: {w.n_models} models, {len(w.dataset_names)} datasets, {w.n_examples} examples; "
+             f"excluded {len(w.excluded)}{note}"]
+    dropped = [d.model_id for d in w.dropped_models]
+    if dropped and w.missing_policy == "complete-models":
+        more = (f" ... and {len(dropped) - _SHOWN_NAMES} more (all listed in {MANIFEST_FILE})"
+                if len(dropped) > _SHOWN_NAMES else "")
+        lines.append(f"dropped {len(dropped)} model{'s' if len(dropped) > 1 else ''} with missing results: "
+                     f"{', '.join(dropped[:_SHOWN_NAMES])}{more}")
+    return lines
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -2,7 +2,9 @@
 
 * :mod:`~flasheval.reference.leaderboard` — the data model (:class:`ReferenceLeaderboard`), the
   one reader and writer of reference folders, and their validation;
-* :mod:`~flasheval.reference.importing`   — other formats in (a long parquet table, lm-eval ``--log_samples``);
+* :mod:`~flasheval.reference.importing`   — other formats in (a long parquet table, lm-eval ``--log_samples``),
+  streamed into per-dataset score matrices (:mod:`~flasheval.reference.matrices`,
+  :mod:`~flasheval.reference.long_table`, :mod:`~flasheval.reference.lmeval_logs`);
 * :mod:`~flasheval.reference.build`       — build a reference by scoring real models on a task suite;
 * :mod:`~flasheval.reference.live`        — what a built reference pins, and the check that a live run reproduces it;
 * :mod:`~flasheval.reference.lmeval_live` — the same for lm-eval references (build through lm-eval tasks, check).
@@ -11,7 +13,14 @@ The leaderboard and import APIs are re-exported here; ``build`` and ``live`` run
 imported from their modules.
 """
 
-from flasheval.reference.importing import IMPORT_FORMATS, read_lm_eval_samples, read_lm_eval_settings, read_long_parquet
+from flasheval.reference.importing import (
+    IMPORT_FORMATS,
+    ImportedReference,
+    import_reference,
+    read_lm_eval_samples,
+    read_lm_eval_settings,
+    read_long_parquet,
+)
 from flasheval.reference.leaderboard import (
     MANIFEST_FILE,
     MISSING_POLICIES,
@@ -28,12 +37,14 @@ from flasheval.reference.writing import write_reference
 
 __all__ = [
     "IMPORT_FORMATS",
+    "ImportedReference",
     "MANIFEST_FILE",
     "MISSING_POLICIES",
     "SCORES_FILE",
     "RankedModel",
     "ReferenceLeaderboard",
     "ReferenceManifest",
+    "import_reference",
     "load_reference",
     "read_lm_eval_samples",
     "read_lm_eval_settings",

@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from flasheval.engine.device_map import DeviceMap
 from flasheval.engine.evaluate import ExampleOutcome, score_examples
 from flasheval.engine.loading import n_parameters, open_cached_backend
 from flasheval.engine.specs import NamedModel, check_model_files
@@ -83,12 +84,13 @@ class BuildResult:
 def build_reference(models: Sequence[NamedModel], tasks: Sequence[LiveTask], *, suite: str, seed: int,
                     n_examples: int | None, dtype: str, store_dir: Path, prefix_space: bool = True,
                     device: str = "auto", batch_size: int = 32, task_dir: str = "", state: Any = None,
-                    on_model: OnModel | None = None) -> BuildResult:
+                    on_model: OnModel | None = None, device_map: DeviceMap | None = None) -> BuildResult:
     """Score every model on every task's selected examples (through the store) and collect the results.
 
     ``state`` is the launch's process state (:func:`flasheval.engine.distributed.launch_state`),
     ``None`` for one process. ``on_model`` is called as each model is scored (progress); a model's
-    weights load only when one of its requests is not in the store.
+    weights load only when one of its requests is not in the store; ``device_map`` spreads each over
+    this replica's devices (:mod:`flasheval.engine.device_map`).
     """
     check_model_files(models)
     example_ids = {t.name: select_example_ids(t, seed=seed, n_examples=n_examples) for t in tasks}
@@ -97,7 +99,7 @@ def build_reference(models: Sequence[NamedModel], tasks: Sequence[LiveTask], *, 
         start = time.perf_counter()
         logger.info("loading %s (%s, %s)", model.model_id, model.text, dtype)
         cached, store, backend = open_cached_backend(model, store_dir, dtype=dtype, device=device, batch_size=batch_size,
-                                                   state=state)
+                                                   state=state, device_map=device_map)
         try:
             scored = score_model(cached, tasks, example_ids, seed=seed, prefix_space=prefix_space)
         finally:

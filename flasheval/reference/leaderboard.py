@@ -6,8 +6,10 @@ A reference lives in a folder ``<name>/`` holding
   ``dataset``, ``example_id`` (strings), ``score`` (float) and optionally ``n_tokens`` (int,
   tokens the model processed for that example, used for compute accounting in replay);
 - ``manifest.json``: source, licence, metric, direction, default aggregate, per-dataset
-  example counts, optional random baselines, the sha256 of every data file, how it was built
-  and an optional ``build`` dict (settings of a reference built from task suites).
+  example counts, optional random baselines, the sha256 of every data file, how it was built,
+  an optional ``build`` dict (settings of a reference built from task suites) and
+  ``dropped_models``: the models lacking scores others have, by name (manifests written before
+  it existed load without it).
 
 Validation policy (refused in one line naming file, field and value):
 
@@ -19,8 +21,9 @@ Validation policy (refused in one line naming file, field and value):
   as excluded; ``"common-datasets"`` keeps every model and only the datasets all of them have
   (the dropped datasets are listed).
 
-This module reads reference folders; :mod:`flasheval.reference.writing` writes them (with the same
-checks), and :mod:`flasheval.reference.importing` reads other formats into the long frame.
+This module reads reference folders, ``scores.parquet`` streamed into per-dataset matrices
+(:mod:`flasheval.reference.long_table`); :mod:`flasheval.reference.writing` writes them (with the same
+checks), and :mod:`flasheval.reference.importing` reads other formats.
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from flasheval.data_paths import embedded_data_dir, running_from_checkout
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.hashing import file_sha256
+from flasheval.reference.long_table import scan_long_table
+from flasheval.reference.matrices import ScoreMatrices
 from flasheval.stats.ranking import aggregate as _aggregate
 from flasheval.stats.ranking import check_aggregate, check_random_baselines, competition_ranks
 
@@ -58,11 +62,11 @@ FORMAT_VERSION = 1
 MISSING_POLICIES: tuple[str, ...] = ("complete-models", "common-datasets")
 SCORES_FILE = "scores.parquet"
 MANIFEST_FILE = "manifest.json"
-_REQUIRED_COLUMNS = ("model", "dataset", "example_id", "score")
 _MANIFEST_KEYS = {
     "format_version", "name", "source", "licence", "metric", "higher_is_better", "aggregate",
-    "example_counts", "random_baselines", "files", "built_with", "build", "notes",
+    "example_counts", "random_baselines", "files", "built_with", "build", "notes", "dropped_models",
 }
+_DROPPED_KEYS = {"model": str, "missing": int, "first_missing": str}
 _MANIFEST_REQUIRED = {"format_version", "name", "source", "licence", "metric", "higher_is_better",
                       "aggregate", "example_counts", "files"}
 
@@ -101,17 +105,40 @@ class ReferenceManifest:
     """Build settings for references built from task suites (free-form)."""
     notes: str = ""
     """Caveats a user should read."""
+    dropped_models: tuple[Mapping[str, Any], ...] | None = None
+    """The models that lack scores other models have, so the default ``complete-models`` policy leaves them
+    out: ``{"model", "missing" (cells), "first_missing" ("dataset/example_id")}`` each, by name; ``None``
+    in manifests written before the field existed."""
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
         check_aggregate(self.aggregate)
         if not self.example_counts:
             raise InputError("no datasets", field="example_counts")
+        if self.dropped_models is not None:
+            object.__setattr__(self, "dropped_models", _checked_dropped(self.dropped_models))
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as a JSON-ready dict."""
-        return {k: (dict(v) if isinstance(v, Mapping) else v) for k in sorted(_MANIFEST_KEYS)
-                if (v := getattr(self, k)) is not None}
+        out = {k: (dict(v) if isinstance(v, Mapping) else v) for k in sorted(_MANIFEST_KEYS)
+               if (v := getattr(self, k)) is not None}
+        if self.dropped_models is not None:
+            out["dropped_models"] = [dict(d) for d in self.dropped_models]
+        return out
+
+
+def _checked_dropped(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """The manifest's ``dropped_models`` list, each entry checked for its three keys and their types."""
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"must be a list, got {type(value).__name__}", field="dropped_models")
+    for i, entry in enumerate(value):
+        ok = isinstance(entry, Mapping) and set(entry) == set(_DROPPED_KEYS) and all(
+            isinstance(entry[k], t) and not isinstance(entry[k], bool) for k, t in _DROPPED_KEYS.items())
+        if not ok:
+            raise InputError(f"entry {i + 1} must be an object with {', '.join(_DROPPED_KEYS)} (a name, a count of "
+                             f"missing cells, the first as dataset/example_id), got {entry!r}"[:300],
+                             field="dropped_models")
+    return tuple(dict(entry) for entry in value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,14 +242,15 @@ class ReferenceLeaderboard:
         return tuple(RankedModel(rank=int(ranks[i]), model_id=self.model_ids[i], value=float(values[i]),
                                  dataset_means=tuple(float(x) for x in means[i])) for i in order)
 
-    def without(self, model_id: str) -> ReferenceLeaderboard:
-        """The same reference with ``model_id`` removed from the pool (for leave-one-out)."""
-        keep = np.array([m != model_id for m in self.model_ids])
-        if keep.all():
-            self.index(model_id)
+    def without(self, model_id: str, *more: str) -> ReferenceLeaderboard:
+        """The same reference with ``model_id`` (and ``more``) removed from the pool (leave-one-out, held-out sets)."""
+        dropped = {model_id, *more}
+        for m in dropped:
+            self.index(m)  # an unknown id: one line naming the reference's models
+        keep = np.array([m not in dropped for m in self.model_ids])
         return replace(
             self,
-            model_ids=tuple(m for m in self.model_ids if m != model_id),
+            model_ids=tuple(m for m in self.model_ids if m not in dropped),
             scores=tuple(s[keep] for s in self.scores),
             n_tokens=tuple(None if t is None else t[keep] for t in self.n_tokens),
         )
@@ -294,66 +322,11 @@ def _read_manifest(path: Path) -> ReferenceManifest:
         raise InputError(exc.reason, path=path, field=exc.field or "aggregate") from None
 
 
-def _row(df: pd.DataFrame, mask: np.ndarray) -> tuple[pd.Series, str]:
-    """The first row where ``mask`` holds, and what names it: ``"row N: "`` (1-based) from an integer index
-    (a parquet file's rows), the label itself from a string index (``FILE:LINE`` of lm-eval samples)."""
-    label = df.index[mask][0]
-    where = f"row {int(label) + 1}: " if isinstance(label, (int, np.integer)) else f"{label}: " if label else ""
-    return df[mask].iloc[0], where
-
-
-def _rows(mask: np.ndarray) -> str:
-    n = int(mask.sum())
-    return f"{n} such row{'s' if n > 1 else ''}"
-
-
-def _shown(value: Any) -> str:
-    """A score as the user wrote it (``7.0``, ``nan``, ``'abc'``), not numpy's repr."""
-    numeric = isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
-    return repr(float(value)) if numeric else repr(value)
-
-
-def _check_frame(df: pd.DataFrame, path: Path | None) -> pd.DataFrame:
-    absent = [col for col in _REQUIRED_COLUMNS if col not in df.columns]
-    if absent:
-        raise InputError(f"missing column (columns found: {', '.join(map(str, df.columns)) or 'none'})", path=path,
-                         field=absent[0], allowed=_REQUIRED_COLUMNS)
-    df = df.astype({"model": str, "dataset": str, "example_id": str})
-    score = pd.to_numeric(df["score"], errors="coerce")
-    bad = ~np.isfinite(score.to_numpy(dtype=np.float64))
-    if bad.any():
-        row, where = _row(df, bad)
-        raise InputError(f"{where}non-numeric or non-finite score for {row['model']} / {row['dataset']} / "
-                         f"{row['example_id']}: {_shown(row['score'])} ({_rows(bad)})", path=path, field="score")
-    df = df.assign(score=score.astype(np.float64))
-    dup = df.duplicated(["model", "dataset", "example_id"]).to_numpy()
-    if dup.any():
-        row, where = _row(df, dup)
-        raise InputError(f"{where}duplicate row for model {row['model']!r}, dataset {row['dataset']!r}, example "
-                         f"{row['example_id']!r} ({int(dup.sum())} duplicates)", path=path)
-    return df
-
-
-def _dataset_matrix(group: pd.DataFrame, dataset: str, path: Path) -> tuple[tuple[str, ...], np.ndarray, list[str], np.ndarray | None]:
-    """Dense ``(models, examples)`` matrix of one dataset; refuses partial model coverage."""
-    ids = tuple(sorted(group["example_id"].unique()))
-    models = sorted(group["model"].unique())
-    counts = group.groupby("model", sort=True).size()
-    partial = counts[counts != len(ids)]
-    if len(partial):
-        m = partial.index[0]
-        raise InputError(f"model {m!r} has {int(partial.iloc[0])} of the {len(ids)} examples of dataset "
-                         f"{dataset!r} (missing cells; {len(partial)} such models)", path=path)
-    wide = group.pivot(index="model", columns="example_id", values="score").loc[models, list(ids)]
-    tokens = None
-    if "n_tokens" in group.columns:
-        tokens = group.pivot(index="model", columns="example_id", values="n_tokens").loc[models, list(ids)]
-        tokens = tokens.to_numpy(dtype=np.int64)
-    return ids, wide.to_numpy(dtype=np.float64), models, tokens
-
-
 def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-models") -> ReferenceLeaderboard:
     """Load and validate a reference by name or path (see the module docstring for the policy).
+
+    ``scores.parquet`` is read in streamed batches into one float64 matrix per dataset
+    (:func:`~flasheval.reference.long_table.scan_long_table`): memory is about the matrices.
 
     Raises
     ------
@@ -361,6 +334,11 @@ def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-mod
         On a checksum mismatch, duplicate rows, missing cells, unknown manifest keys, counts that
         disagree with the manifest; :class:`UnknownNameError` for an unknown name or policy.
     """
+    return _load(name, missing=missing, dtype=np.float64)
+
+
+def _load(name: str | os.PathLike[str], *, missing: str, dtype: type) -> ReferenceLeaderboard:
+    """:func:`load_reference` with scores of ``dtype`` (float32: the writer's read-back check, half the memory)."""
     if missing not in MISSING_POLICIES:
         raise UnknownNameError("missing-data policy", missing, MISSING_POLICIES)
     folder = resolve_reference(name)
@@ -379,11 +357,7 @@ def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-mod
         if actual != digest:
             raise InputError(f"checksum mismatch (manifest says sha256 {digest[:12]}...); the file was changed "
                              "or corrupted", path=fpath)
-    try:
-        frame = pd.read_parquet(scores_path)
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror or exc})", path=scores_path) from None
-    return _assemble(_check_frame(frame, scores_path), manifest, folder, missing)
+    return _assemble(scan_long_table(scores_path, dtype=dtype), manifest, folder, missing)
 
 
 def _pool_problem(name: str, missing: str, all_models: list[str], data_sets: list[str],
@@ -411,50 +385,57 @@ def _pool_problem(name: str, missing: str, all_models: list[str], data_sets: lis
             f"models (models per dataset: {coverage}); {fix}")
 
 
-def _assemble(df: pd.DataFrame, manifest: ReferenceManifest, folder: Path, missing: str, *,
-              source: Path | None = None) -> ReferenceLeaderboard:
-    """The leaderboard of a checked frame under the ``missing`` policy; errors name ``source`` when given
-    (the input a frame being written came from), else the reference's own files."""
-    scores_path = source or folder / SCORES_FILE
-    data_sets = sorted(df["dataset"].unique())
-    if set(data_sets) != set(manifest.example_counts):
-        raise InputError(f"datasets in the data {data_sets} differ from the manifest's "
+def pool(matrices: ScoreMatrices, name: str, missing: str, *, where: Path | None = None
+         ) -> tuple[int, tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """What the ``missing`` policy keeps: ``(n_pool_models, kept datasets, excluded)``.
+
+    Under ``complete-models`` the pool is the leading ``n_pool_models`` rows of the matrices (the models with
+    every dataset, :class:`~flasheval.reference.matrices.Layout`); under ``common-datasets`` every model.
+    Refuses, naming ``where``, a policy that leaves fewer than 2 models or no dataset.
+    """
+    models, data_sets = list(matrices.model_ids), list(matrices.dataset_names)
+    present = matrices.present
+    if missing == "complete-models":
+        n_pool, kept = matrices.n_complete, tuple(data_sets)
+        excluded = tuple(sorted(
+            (models[i], "no scores on " + ", ".join(d for j, d in enumerate(data_sets) if not present[i, j]))
+            for i in range(n_pool, len(models))))
+    else:
+        n_pool = len(models)
+        kept = tuple(d for j, d in enumerate(data_sets) if present[:, j].all())
+        excluded = tuple((d, f"only {int(present[:, j].sum())} of {len(models)} models")
+                         for j, d in enumerate(data_sets) if d not in kept)
+    if n_pool < 2 or not kept:
+        has = {d: {models[i] for i in np.flatnonzero(present[:, j])} for j, d in enumerate(data_sets)}
+        raise InputError(_pool_problem(name, missing, sorted(models), data_sets, has), path=where)
+    return n_pool, kept, excluded
+
+
+def _assemble(matrices: ScoreMatrices, manifest: ReferenceManifest, folder: Path, missing: str) -> ReferenceLeaderboard:
+    """The leaderboard of checked matrices (read from ``folder``) under the ``missing`` policy."""
+    m = matrices
+    if set(m.dataset_names) != set(manifest.example_counts):
+        raise InputError(f"datasets in the data {list(m.dataset_names)} differ from the manifest's "
                          f"{sorted(manifest.example_counts)}", path=folder / MANIFEST_FILE, field="example_counts")
-    per_dataset = {}
-    for dataset, group in df.groupby("dataset", sort=True):
-        ids, mat, models, tokens = _dataset_matrix(group, dataset, scores_path)
+    for dataset, ids in zip(m.dataset_names, m.example_ids):
         if len(ids) != int(manifest.example_counts[dataset]):
             raise InputError(f"dataset {dataset!r} has {len(ids)} examples, manifest says "
                              f"{manifest.example_counts[dataset]}", path=folder / MANIFEST_FILE, field="example_counts")
-        per_dataset[dataset] = (ids, mat, models, tokens)
-    all_models = sorted(df["model"].unique())
-    has = {d: set(v[2]) for d, v in per_dataset.items()}
-    excluded: list[tuple[str, str]] = []
-    if missing == "complete-models":
-        pool = [m for m in all_models if all(m in has[d] for d in data_sets)]
-        for m in all_models:
-            lacking = [d for d in data_sets if m not in has[d]]
-            if lacking:
-                excluded.append((m, f"no scores on {', '.join(lacking)}"))
-        kept = data_sets
-    else:
-        pool = all_models
-        kept = [d for d in data_sets if len(has[d]) == len(all_models)]
-        excluded = [(d, f"only {len(has[d])} of {len(all_models)} models") for d in data_sets if d not in kept]
-    if len(pool) < 2 or not kept:
-        raise InputError(_pool_problem(manifest.name, missing, all_models, data_sets, has), path=source or folder)
-    scores, tokens = [], []
-    for d in kept:
-        ids, mat, models, tok = per_dataset[d]
-        rows = [models.index(m) for m in pool]
-        scores.append(mat[rows])
-        tokens.append(None if tok is None else tok[rows])
+    n_pool, kept, excluded = pool(m, manifest.name, missing, where=folder)
+    if missing == "complete-models":  # the leading rows, already in name order: views, no copy
+        rows: slice | np.ndarray = slice(0, n_pool)
+        model_ids = m.model_ids[:n_pool]
+    else:  # every model, in name order (the complete ones lead the matrices' rows)
+        rows = np.argsort(np.array(m.model_ids, dtype=object), kind="stable")
+        model_ids = tuple(m.model_ids[i] for i in rows)
+        if (rows == np.arange(len(rows))).all():
+            rows = slice(None)
+    index = [m.dataset_names.index(d) for d in kept]
     reference = ReferenceLeaderboard(
-        name=manifest.name, manifest=manifest, model_ids=tuple(pool), dataset_names=tuple(kept),
-        example_ids=tuple(per_dataset[d][0] for d in kept), scores=tuple(scores), n_tokens=tuple(tokens),
-        excluded=tuple(excluded), missing_policy=missing, path=folder,
+        name=manifest.name, manifest=manifest, model_ids=model_ids, dataset_names=kept,
+        example_ids=tuple(m.example_ids[j] for j in index), scores=tuple(m.scores[j][rows] for j in index),
+        n_tokens=tuple(None if m.n_tokens[j] is None else m.n_tokens[j][rows] for j in index),
+        excluded=excluded, missing_policy=missing, path=folder,
     )
     reference.aggregate_options()  # the manifest's own aggregate can be computed (its random baselines)
     return reference
-
-

@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from flasheval.engine.device_map import DeviceMap
 from flasheval.engine.specs import NamedModel, check_model_files
 from flasheval.errors import InputError
 from flasheval.lmeval.settings import LMEVAL_KIND, LmEvalSettings, pick_metric, settings_from_results
@@ -109,13 +110,15 @@ def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[st
                            num_fewshot: int | None, fewshot_seed: int, n_examples: int | None, seed: int,
                            metric: str | None, dtype: str, store_dir: Path, device: str = "auto",
                            batch_size: int = 32, state: Any = None,
-                           on_model: Callable[[str, int, int, float, int], None] | None = None) -> LmEvalBuild:
+                           on_model: Callable[[str, int, int, float, int], None] | None = None,
+                           device_map: DeviceMap | None = None) -> LmEvalBuild:
     """Score every model on the tasks' docs through lm-eval's task code and flasheval's engine.
 
     Every model goes through one results store (a killed build resumes); all models are scored
     on the same docs with the same settings and dtype, which the returned :class:`LmEvalSettings`
     pins. ``state`` is the launch's process state (``None`` for one process). ``on_model``: as
-    :data:`flasheval.reference.build.OnModel`, called as each model is scored.
+    :data:`flasheval.reference.build.OnModel`, called as each model is scored. ``device_map``: see
+    :mod:`flasheval.engine.device_map`.
     """
     from flasheval.lmeval.loading import open_lmeval_model
     from flasheval.lmeval.model import OnlyDocsLM
@@ -130,7 +133,7 @@ def build_lmeval_reference(models: Sequence[NamedModel], task_names: Sequence[st
     for model in models:
         start = time.perf_counter()
         opened = open_lmeval_model(model, store_dir, dtype=dtype, device=device, batch_size=batch_size, state=state,
-                                   progress_bar=False)
+                                   progress_bar=False, device_map=device_map)
         # Every prompt as in a full run of the task (lm-eval draws few-shot examples in doc order);
         # with --n-examples the model answers only the selected docs.
         lm = opened.lm if samples is None else OnlyDocsLM(opened.lm, {t: set(ids) for t, ids in samples.items()})

@@ -1,9 +1,11 @@
-"""Writing a reference folder: a long frame of per-example scores checked and written atomically.
+"""Writing a reference folder: score matrices (or a long frame) checked and written atomically.
 
-:func:`write_reference` validates the frame with the rules :func:`~flasheval.reference.leaderboard.load_reference`
-applies (and the scores against the metric's range), writes ``scores.parquet`` and ``manifest.json`` into a
-temporary sibling folder, loads it back once and renames it into place: a failure leaves no folder behind, and
-a failed replacement leaves the old reference whole.
+:func:`write_scores` validates :class:`~flasheval.reference.matrices.ScoreMatrices` with the rules
+:func:`~flasheval.reference.leaderboard.load_reference` applies (and the scores against the metric's range),
+writes ``scores.parquet`` (streamed, one row group per block of rows) and ``manifest.json`` into a
+temporary sibling folder, loads it back once and renames it into place: a failure leaves no folder behind,
+and a failed replacement leaves the old reference whole. :func:`write_reference` does the same for a long
+frame in memory. The manifest lists, by name, the models the default policy leaves out (``dropped_models``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,59 +26,57 @@ import pandas as pd
 from flasheval.errors import InputError
 from flasheval.hashing import file_sha256
 from flasheval.records import atomic_write_text
-from flasheval.reference.leaderboard import (
-    _REQUIRED_COLUMNS,
-    MANIFEST_FILE,
-    SCORES_FILE,
-    ReferenceManifest,
-    _assemble,
-    _check_frame,
-    _row,
-    _rows,
-    _shown,
-    load_reference,
-)
+from flasheval.reference.leaderboard import MANIFEST_FILE, SCORES_FILE, ReferenceManifest, _load, pool
+from flasheval.reference.long_table import frame_matrices, write_long_table
+from flasheval.reference.matrices import UNIT_METRICS, DroppedModel, ScoreMatrices, shown, such_rows
 from flasheval.stats.ranking import check_random_baselines
 
-__all__ = ["UNIT_METRICS", "write_reference"]
+__all__ = ["UNIT_METRICS", "WrittenReference", "write_reference", "write_scores"]
 
-UNIT_METRICS = frozenset({
-    "acc", "acc_norm", "accuracy", "correct", "exact_match", "quasi_exact_match", "prefix_exact_match",
-    "quasi_prefix_exact_match", "final_number_exact_match", "math_equiv", "math_equiv_chain_of_thought",
-})
-"""Per-example metrics whose scores lie in ``[0, 1]`` (0/1 correctness, accuracy); a score outside is refused."""
 _UNIT_WORDS = re.compile(r"0/1|accuracy|correctness|exact[_ ]match", re.IGNORECASE)
 
-def _check_score_range(df: pd.DataFrame, path: Path | None, metric: str) -> None:
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WrittenReference:
+    """What was written: the folder, and the pool as the written missing-data policy loads it."""
+
+    path: Path
+    n_models: int
+    dataset_names: tuple[str, ...]
+    n_examples: int
+    excluded: tuple[tuple[str, str], ...]
+    """``(model or dataset, reason)`` the policy leaves out."""
+    missing_policy: str
+    """``complete-models``, or ``common-datasets`` where fewer than 2 models have every dataset."""
+    dropped_models: tuple[DroppedModel, ...]
+    """Models lacking scores others have (left out by ``complete-models``), as the manifest lists them."""
+
+
+def _check_score_range(matrices: ScoreMatrices, path: Path | None, metric: str) -> None:
     """Refuse a score outside ``[0, 1]`` where the metric is declared or plainly 0/1 (a continuous one passes).
 
-    What declares it: a per-row ``metric`` column naming one of :data:`UNIT_METRICS`; else the
-    manifest's ``metric`` text (``0/1``, ``accuracy``, ``correctness``, ``exact match``); else the
-    data itself, when every other score is exactly 0 or 1. A ``metric`` text with the word
-    ``continuous`` declares the scores unbounded.
+    What declares it: a per-row ``metric`` naming one of :data:`UNIT_METRICS`; else the manifest's
+    ``metric`` text (``0/1``, ``accuracy``, ``correctness``, ``exact match``); else the data itself,
+    when every other score is exactly 0 or 1. A ``metric`` text with the word ``continuous`` declares
+    the scores unbounded.
     """
-    if re.search(r"\bcontinuous\b", metric, re.IGNORECASE):
+    r = matrices.score_range
+    if re.search(r"\bcontinuous\b", metric, re.IGNORECASE) or not r.n_outside:
         return
-    score = df["score"].to_numpy(dtype=np.float64)
-    outside = (score < 0.0) | (score > 1.0)
-    if not outside.any():
-        return
-    if "metric" in df.columns:
-        names = df["metric"].astype(str).to_numpy()
-        outside &= np.isin(names, sorted(UNIT_METRICS))
-        why = f"metric {names[outside][0]!r} is per-example 0/1 or accuracy" if outside.any() else ""
+    if r.has_metric:
+        row, n = r.first_unit_outside, r.n_unit_outside
+        why = f"metric {row.metric!r} is per-example 0/1 or accuracy" if row else ""
     elif _UNIT_WORDS.search(metric):
-        why = f"the metric is {metric!r}"
-    elif np.isin(score[~outside], (0.0, 1.0)).all() and outside.sum() <= max(1, len(score) // 100):
-        why = "every other score is 0 or 1"
+        row, n, why = r.first_outside, r.n_outside, f"the metric is {metric!r}"
+    elif r.others_binary and r.n_outside <= max(1, r.n_rows // 100):
+        row, n, why = r.first_outside, r.n_outside, "every other score is 0 or 1"
     else:
         return
-    if outside.any():
-        row, where = _row(df, outside)
-        raise InputError(f"{where}score {_shown(row['score'])} for {row['model']} / {row['dataset']} / "
-                         f"{row['example_id']} is outside [0, 1] ({why}; {_rows(outside)}); fix the data, or for a "
-                         "continuous metric say so in the metric description (e.g. --metric-description "
-                         "'continuous ...')", path=path, field="score")
+    if row is not None:
+        raise InputError(f"{row.where}score {shown(row.score)} for {row.model} / {row.dataset} / {row.example_id} is "
+                         f"outside [0, 1] ({why}; {such_rows(n)}); fix the data, or for a continuous metric say so in "
+                         "the metric description (e.g. --metric-description 'continuous ...')", path=path,
+                         field="score")
 
 
 def write_reference(folder: str | os.PathLike[str], frame: pd.DataFrame, *, name: str, source: str, licence: str,
@@ -86,33 +86,46 @@ def write_reference(folder: str | os.PathLike[str], frame: pd.DataFrame, *, name
                     input_path: str | os.PathLike[str] | None = None) -> Path:
     """Validate a long frame and write ``scores.parquet`` (zstd) + ``manifest.json`` into ``folder``.
 
-    The frame is validated with the same rules as :func:`load_reference` before anything is
-    written (and its scores against the range of ``metric``, :func:`_check_score_range`); it must
-    give a usable reference under at least one missing-data policy. The files are written into a
-    temporary sibling folder, loaded back once as a check and renamed into place, so a failure
-    leaves no folder behind and never a half-written one; an existing reference ``folder`` is
-    replaced (files of its own beside the reference's are kept). ``input_path``: the file the
-    frame was read from, named by every error (its rows by their 1-based number).
+    The frame becomes score matrices (:func:`~flasheval.reference.long_table.frame_matrices`, with the
+    checks of :func:`load_reference`) and is written by :func:`write_scores`. ``input_path``: the file
+    the frame was read from, named by every error (its rows by their 1-based number, or by the frame's
+    ``FILE:LINE`` index labels).
+    """
+    matrices = frame_matrices(frame, path=None if input_path is None else Path(input_path))
+    return write_scores(folder, matrices, name=name, source=source, licence=licence, metric=metric,
+                        higher_is_better=higher_is_better, aggregate=aggregate, random_baselines=random_baselines,
+                        built_with=built_with, build=build, notes=notes).path
+
+
+def write_scores(folder: str | os.PathLike[str], matrices: ScoreMatrices, *, name: str, source: str, licence: str,
+                 metric: str, higher_is_better: bool = True, aggregate: str = "mean",
+                 random_baselines: Mapping[str, float] | None = None, built_with: str = "",
+                 build: Mapping[str, Any] | None = None, notes: str = "") -> WrittenReference:
+    """Validate score matrices and write them as the reference ``folder`` (see the module docstring).
+
+    Everything is checked before anything is written: the scores against the range of ``metric``
+    (:func:`_check_score_range`), the centered aggregate's random baselines, and that at least one
+    missing-data policy gives a usable reference. The written folder is then loaded back once (float32,
+    streamed) before it is renamed into place; an existing reference ``folder`` is replaced (files of
+    its own beside the reference's are kept). Errors name ``matrices.source``, the input.
+
+    Returns
+    -------
+    WrittenReference
+        The folder and the pool as loaded back, with the models the default policy drops, by name.
     """
     out = Path(folder)
-    where = None if input_path is None else Path(input_path)
-    cols = list(_REQUIRED_COLUMNS) + [c for c in ("n_tokens", "metric") if c in frame.columns]
-    absent = [c for c in _REQUIRED_COLUMNS if c not in frame.columns]
-    if absent:
-        raise InputError(f"missing column (columns found: {', '.join(map(str, frame.columns)) or 'none'})",
-                         path=where, field=absent[0], allowed=_REQUIRED_COLUMNS)
-    df = _check_frame(frame[cols].copy(), where)
-    _check_score_range(df, where, metric)
-    df = df.drop(columns=[c for c in ("metric",) if c in df.columns])
-    df = df.sort_values(["dataset", "model", "example_id"], kind="stable").reset_index(drop=True)
-    if df.empty:
+    where = matrices.source
+    _check_score_range(matrices, where, metric)
+    if not matrices.n_rows:
         raise InputError("no rows: a reference needs scores of at least 2 models", path=where)
-    counts = {str(d): int(n) for d, n in df.groupby("dataset", sort=True)["example_id"].nunique().items()}
+    dropped = matrices.dropped_models()
+    counts = {d: len(ids) for d, ids in zip(matrices.dataset_names, matrices.example_ids)}
     manifest = ReferenceManifest(
         name=name, source=source, licence=licence, metric=metric, higher_is_better=higher_is_better,
         aggregate=aggregate, example_counts=counts, files={SCORES_FILE: ""},
         random_baselines=dict(random_baselines) if random_baselines else None, built_with=built_with,
-        build=dict(build) if build else None, notes=notes,
+        build=dict(build) if build else None, notes=notes, dropped_models=tuple(d.to_json() for d in dropped),
     )
     if aggregate == "centered":
         try:
@@ -120,19 +133,18 @@ def write_reference(folder: str | os.PathLike[str], frame: pd.DataFrame, *, name
         except InputError as exc:
             raise InputError(f"{exc.reason}: the centered aggregate needs one per dataset (a JSON file "
                              "{dataset: chance score})", field="--random-baselines") from None
-    policy = _usable_policy(df, manifest, out, where)
+    policy = _usable_policy(matrices, name, where or out)
     _check_replaceable(out)
-    table = df.astype({"model": "category", "dataset": "category", "score": np.float32})
     tmp = out.parent / f".{out.name}.partial-{secrets.token_hex(4)}"
     try:
         tmp.mkdir(parents=True)
     except OSError as exc:
         raise InputError(f"cannot write the reference here ({exc.strerror or exc})", path=out) from None
     try:
-        table.to_parquet(tmp / SCORES_FILE, compression="zstd", index=False)
+        write_long_table(tmp / SCORES_FILE, matrices)
         manifest = replace(manifest, files={SCORES_FILE: file_sha256(tmp / SCORES_FILE)})
         atomic_write_text(tmp / MANIFEST_FILE, json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n")
-        load_reference(tmp, missing=policy)
+        back = _load(tmp, missing=policy, dtype=np.float32)
         _move_into_place(tmp, out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -140,17 +152,19 @@ def write_reference(folder: str | os.PathLike[str], frame: pd.DataFrame, *, name
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out
+    return WrittenReference(path=out, n_models=back.n_models, dataset_names=back.dataset_names,
+                            n_examples=sum(len(e) for e in back.example_ids), excluded=back.excluded,
+                            missing_policy=policy, dropped_models=dropped)
 
 
-def _usable_policy(df: pd.DataFrame, manifest: ReferenceManifest, out: Path, where: Path | None) -> str:
+def _usable_policy(matrices: ScoreMatrices, name: str, where: Path) -> str:
     """The first missing-data policy that gives a usable reference; the default policy's error if none does."""
     try:
-        _assemble(df, manifest, out, "complete-models", source=where)
+        pool(matrices, name, "complete-models", where=where)
         return "complete-models"
     except InputError as first:
         try:
-            _assemble(df, manifest, out, "common-datasets", source=where)
+            pool(matrices, name, "common-datasets", where=where)
         except InputError:
             raise first from None
     return "common-datasets"
