@@ -1,8 +1,10 @@
-"""``flasheval.backtest``: leave every reference model out in turn, place it, compare with its full-data rank.
+"""``flasheval.backtest``: leave reference models out, place them, compare with their full-data ranks.
 
 The one path behind ``flasheval backtest``: each reference model is replayed against the others
-under each method (the adaptive plan, and the baselines it is compared with), for one seed or
-several; the figures of several seeds are given for every seed, never only the best.
+(leave-one-out), or K models spread over the ranking are held out together and each replayed
+against the rest (``held_out=K``, for large pools), under each method (the adaptive plan, and the
+baselines it is compared with), for one seed or several; the figures of several seeds are given
+for every seed, never only the best.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.api.resolve import resolve_plan, resolve_reference
 from flasheval.errors import InputError
-from flasheval.placement.backtest import METHODS, BacktestResult, BacktestRow, SeedSummary, summarize_seeds
+from flasheval.placement.backtest import (METHODS, BacktestResult, BacktestRow, SeedSummary, held_out_models,
+                                          summarize_seeds)
 from flasheval.placement.backtest import backtest as run_backtest
 from flasheval.placement.live_scoring import check_seed
 from flasheval.records import prepare_output, write_record
@@ -72,8 +75,9 @@ def backtest(
     missing: str = "complete-models",
     output: str | Path | None = None,
     progress: ProgressCallback | None = None,
+    held_out: int | None = None,
 ) -> BacktestRun:
-    """Leave-one-out placement of every model of ``reference`` under ``methods``, for every seed.
+    """Placement of every model of ``reference`` against the others (or of ``held_out`` of them) under ``methods``.
 
     Parameters
     ----------
@@ -95,6 +99,11 @@ def backtest(
         Called with a :class:`~flasheval.api.progress.Progress` as every held-out model's placements finish
         (step ``model``, its adaptive :class:`~flasheval.placement.backtest.BacktestRow` as ``detail``) and
         after every seed (step ``seed``, its :class:`~flasheval.placement.backtest.BacktestResult`).
+    held_out
+        ``None``: leave-one-out (every model in turn). ``K``: K models spread over the ranking
+        (:func:`~flasheval.placement.backtest.held_out_models`, drawn per seed) leave the pool together and
+        are each placed against the rest: one pool, one calibration, K placements, for pools of
+        thousands; shares come with their standard errors from K.
     """
     if isinstance(seeds, (int, str)) or not isinstance(seeds, Sequence) or not seeds:
         raise InputError(f"give a non-empty list of seeds, got {seeds!r}", field="--seeds")
@@ -106,6 +115,8 @@ def backtest(
         raise InputError(f"give a non-empty list of methods, got {methods!r}", field="--methods")
     report = Reporter(progress)
     ref = resolve_reference(reference, missing=missing)
+    if held_out is not None:
+        held_out_models(ref, held_out, seed=seeds[0], aggregate=aggregate)  # a bad K: one line, before any work
     plan_ = resolve_plan(plan)
     fixed = resolve_plan(compare_plan) if "flash_helm" in methods else None
     if output is not None:  # a record file: its folder is checked before the seeds run
@@ -114,14 +125,19 @@ def backtest(
                              field="--output")
         prepare_output(Path(output).parent, record=Path(output).name)
     results, seconds, looks = [], [], {}  # each pool's looks, computed at the first seed and reused
-    report("start", f"backtesting plan {plan_.name} on {ref.name}: {ref.n_models} models held out in turn, "
-                    f"{len(seeds)} seed(s), methods {', '.join(methods)}")
+    design = (f"{ref.n_models} models held out in turn" if held_out is None else
+              f"{held_out} models spread over the ranking held out together, each placed against the other "
+              f"{ref.n_models - held_out}")
+    report("start", f"backtesting plan {plan_.name} on {ref.name}: {design}, {len(seeds)} seed(s), "
+                    f"methods {', '.join(methods)}")
     for done, seed in enumerate(seeds, 1):
         start = time.perf_counter()
         results.append(run_backtest(ref, plan_, fixed, seed=seed, aggregate=aggregate, methods=tuple(methods),
-                                    looks=looks, on_model=_model_reporter(report, seed, done - 1, len(seeds))))
+                                    looks=looks, on_model=_model_reporter(report, seed, done - 1, len(seeds)),
+                                    held_out=held_out))
         seconds.append(time.perf_counter() - start)
-        report("seed", f"seed {seed}: {ref.n_models} models left out in turn in {seconds[-1]:.0f} s", done=done,
+        left_out = f"{ref.n_models} models left out in turn" if held_out is None else f"{held_out} models held out"
+        report("seed", f"seed {seed}: {left_out} in {seconds[-1]:.0f} s", done=done,
                total=len(seeds), seconds=seconds[-1], detail=results[-1])
     run = BacktestRun(results=tuple(results), seeds=tuple(seeds), seconds=tuple(seconds),
                       over_seeds=summarize_seeds(results) if len(results) > 1 else ())

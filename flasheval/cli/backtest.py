@@ -1,4 +1,4 @@
-"""``flasheval backtest``: leave-one-out placement of every reference model, three methods compared."""
+"""``flasheval backtest``: leave-one-out (or ``--held-out K``) placement of reference models, three methods compared."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"comma-separated methods out of {', '.join(ALL_METHODS)} (default: %(default)s; "
                              "adaptive always runs, it sets the others' cost)")
+    parser.add_argument("--held-out", type=int, metavar="K",
+                        help="hold out K models spread over the ranking (seeded) together and place each against the "
+                             "rest, instead of every model in turn (large pools; shares with standard errors from K)")
     parser.add_argument("--per-model", action="store_true", help="also print one line per model")
     parser.add_argument("--output", help="record file (default: runs/backtest-<reference>.json)")
     add_progress_options(parser)
@@ -35,7 +38,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def format_table(result: BacktestResult) -> str:
-    """Summary table, one line per method."""
+    """Summary table, one line per method (held-out sets: each share with its standard error from K)."""
+    if result.held_out:
+        lines = [f"{'method':<11} {'models':>6} {'within res. (SE)':>17} {'coverage (SE)':>15} {'median saving':>13} "
+                 f"{'mean saving':>11} {'total saving':>12} {'mean examples':>13}"]
+        for s in result.summaries:
+            within = f"{s.share_within:.1%} ({s.share_within_se:.1%})"
+            covered = f"{s.coverage:.1%} ({s.coverage_se:.1%})"
+            lines.append(f"{s.method:<11} {s.n_models:>6} {within:>17} {covered:>15} {s.median_saving:>12.1f}x "
+                         f"{s.mean_saving:>10.1f}x {s.total_saving:>11.1f}x {s.mean_examples:>13.0f}")
+        return "\n".join(lines)
     lines = [f"{'method':<11} {'models':>6} {'within res.':>11} {'coverage':>9} {'median saving':>13} "
              f"{'mean saving':>11} {'total saving':>12} {'mean examples':>13}"]
     for s in result.summaries:
@@ -82,14 +94,16 @@ def run(args: argparse.Namespace) -> int:
         result: BacktestResult = step.detail  # type: ignore[assignment]
         if args.per_model:
             print(_per_model(result))
-        print(f"backtest on {reference.name}: {reference.n_models} models left out in turn; plan {plan.name} "
+        design = (f"{reference.n_models} models left out in turn" if not result.held_out else
+                  f"{len(result.held_out)} models held out together, pool of {result.pool_size}")
+        print(f"backtest on {reference.name}: {design}; plan {plan.name} "
               f"({plan.confidence_level:.0%} intervals, correction {plan.correction}), seed {result.seed}; "
               f"{step.seconds:.0f} s")
         print(format_table(result), flush=True)
 
     out = Path(args.output or Path("runs") / f"backtest-{reference.name}.json")
     outcome = backtest(reference, plan, compare_plan=args.flash_helm_tiers, seeds=seeds, methods=methods,
-                       aggregate=args.aggregate, output=out, progress=show)
+                       aggregate=args.aggregate, output=out, progress=show, held_out=args.held_out)
     if len(outcome.results) > 1:
         print(format_seeds(outcome.over_seeds))
     print(f"record: {outcome.record_path}")

@@ -1,8 +1,12 @@
-"""Leave-one-out backtest of the placement procedure on a reference.
+"""Backtest of the placement procedure on a reference: leave-one-out, or K models held out at once.
 
-Each reference model in turn is removed from the pool, placed by replay against the others,
-and compared with its full-data rank among them. Three methods run on the same models, seed
-and example orders:
+Leave-one-out (the default): each reference model in turn is removed from the pool, placed by
+replay against the others, and compared with its full-data rank among them. On a large pool
+(``held_out=K``): K models spread over the ranking (:func:`held_out_models`, seeded) leave the pool
+together, and each is placed against the same remaining pool, as new checkpoints are placed
+against one fixed reference; the pool's looks and their calibration are computed once. The
+shares are then estimates from K models, given with their binomial standard errors
+``sqrt(p (1 - p) / K)``. Three methods run on the same models, seed and example orders:
 
 ``adaptive``
     The given tier plan (default: ``tiers/default.yaml``).
@@ -45,7 +49,7 @@ from flasheval.stats.ranking import rank_among
 from flasheval.stats.sampling import example_order
 
 __all__ = ["METHODS", "ALL_METHODS", "BacktestRow", "MethodSummary", "BacktestResult", "SeedSummary", "backtest",
-           "full_data_ranks", "parse_seeds", "summarize_seeds", "uniform_allocation"]
+           "full_data_ranks", "held_out_models", "parse_seeds", "summarize_seeds", "uniform_allocation"]
 
 METHODS: tuple[str, ...] = ("adaptive", "flash_helm", "uniform")
 """Methods a backtest runs by default."""
@@ -80,6 +84,10 @@ class MethodSummary:
     n_models: int
     share_within: float
     coverage: float
+    share_within_se: float
+    """Binomial standard error of ``share_within`` over the ``n_models`` placed, ``sqrt(p (1 - p) / n)``."""
+    coverage_se: float
+    """Binomial standard error of ``coverage``."""
     median_saving: float
     mean_saving: float
     total_saving: float
@@ -113,23 +121,60 @@ class BacktestResult:
     confidence_level: float
     rows: dict[str, tuple[BacktestRow, ...]]
     summaries: tuple[MethodSummary, ...]
+    held_out: tuple[str, ...] = ()
+    """The models held out together (``held_out=K``); empty for leave-one-out."""
+    pool_size: int = 0
+    """Models in the pool each placement ranks against."""
 
     def to_json(self) -> dict[str, Any]:
         return {"reference": self.reference, "plan": self.plan, "seed": self.seed,
-                "confidence_level": self.confidence_level,
+                "confidence_level": self.confidence_level, "design": "held-out" if self.held_out else "leave-one-out",
+                "held_out": list(self.held_out), "pool_size": self.pool_size,
                 "summaries": [asdict(s) for s in self.summaries],
                 "rows": {m: [asdict(r) for r in rows] for m, rows in self.rows.items()}}
 
 
-def full_data_ranks(reference: ReferenceLeaderboard, aggregate: str | None = None) -> dict[str, int]:
-    """Each pool model's full-data rank among the OTHER pool models (mid-rank, rounded half up)."""
+def full_data_ranks(reference: ReferenceLeaderboard, aggregate: str | None = None, *,
+                    held_out: Sequence[str] = ()) -> dict[str, int]:
+    """Each model's full-data rank (mid-rank, rounded half up): among the OTHER pool models, or, with
+    ``held_out``, each held-out model's among the models not held out (its pool in the backtest)."""
     values = reference.aggregate_values(aggregate)
     direction = reference.ranking_higher_is_better(aggregate)
     out = {}
+    if held_out:
+        out_set = set(held_out)
+        pool = values[[m not in out_set for m in reference.model_ids]]
+        for m in held_out:
+            out[m] = int(math.floor(float(rank_among(values[reference.index(m)], pool, higher_is_better=direction)) + 0.5))
+        return out
     for i, m in enumerate(reference.model_ids):
         mid = float(rank_among(values[i], np.delete(values, i), higher_is_better=direction))
         out[m] = int(math.floor(mid + 0.5))
     return out
+
+
+def held_out_models(reference: ReferenceLeaderboard, k: int, *, seed: int = 0,
+                    aggregate: str | None = None) -> tuple[str, ...]:
+    """``k`` models spread over the ranking: the models sorted by full-data aggregate (best first) are cut
+    into ``k`` consecutive strata of near-equal size, and one model is drawn from each (seeded).
+
+    Examples
+    --------
+    >>> from flasheval.placement.simulation import synthetic_reference
+    >>> ref = synthetic_reference(40, [50, 60], rng=0)
+    >>> chosen = held_out_models(ref, 4, seed=1)
+    >>> len(chosen), chosen == held_out_models(ref, 4, seed=1), chosen != held_out_models(ref, 4, seed=2)
+    (4, True, True)
+    """
+    n = reference.n_models
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n - 2:
+        raise InputError(f"must be a whole number from 1 to {n - 2} (the pool keeps at least 2 of its {n} models), "
+                         f"got {k!r}", field="--held-out")
+    values = reference.aggregate_values(aggregate)
+    order = np.argsort(-values if reference.ranking_higher_is_better(aggregate) else values, kind="stable")
+    gen = np.random.default_rng(derive_seed(seed, "held-out"))
+    edges = np.linspace(0, n, int(k) + 1).round().astype(int)
+    return tuple(reference.model_ids[int(order[gen.integers(lo, hi)])] for lo, hi in zip(edges[:-1], edges[1:]))
 
 
 def uniform_allocation(total: float, sizes: list[int]) -> list[int]:
@@ -166,9 +211,8 @@ def _from_placement(model_id: str, full: int, result: PlacementResult, plan: Tie
                 result.compute.saving, result.status)
 
 
-def _uniform(reference: ReferenceLeaderboard, model_id: str, full: int, per_dataset: list[int], plan: TierPlan,
-             seed: int, aggregate: str | None) -> BacktestRow:
-    pool = reference.without(model_id)
+def _uniform(reference: ReferenceLeaderboard, pool: ReferenceLeaderboard, model_id: str, full: int,
+             per_dataset: list[int], plan: TierPlan, seed: int, aggregate: str | None) -> BacktestRow:
     columns, new_scores = [], []
     for d, (name, ids) in enumerate(zip(reference.dataset_names, reference.example_ids)):
         index = {e: i for i, e in enumerate(ids)}
@@ -186,9 +230,11 @@ def _uniform(reference: ReferenceLeaderboard, model_id: str, full: int, per_data
 def _summary(method: str, rows: tuple[BacktestRow, ...], full_examples: int) -> MethodSummary:
     savings = np.array([r.saving for r in rows])
     used = np.array([r.n_examples for r in rows], dtype=np.float64)
+    within, covered = float(np.mean([r.within for r in rows])), float(np.mean([r.covered for r in rows]))
     return MethodSummary(
-        method=method, n_models=len(rows), share_within=float(np.mean([r.within for r in rows])),
-        coverage=float(np.mean([r.covered for r in rows])), median_saving=float(np.median(savings)),
+        method=method, n_models=len(rows), share_within=within, coverage=covered,
+        share_within_se=math.sqrt(within * (1.0 - within) / len(rows)),
+        coverage_se=math.sqrt(covered * (1.0 - covered) / len(rows)), median_saving=float(np.median(savings)),
         mean_saving=float(savings.mean()), total_saving=float(full_examples * len(rows) / used.sum()),
         mean_examples=float(used.mean()))
 
@@ -201,16 +247,19 @@ def backtest(
     seed: int = 0,
     aggregate: str | None = None,
     methods: Sequence[str] = METHODS,
-    looks: dict[tuple[str, TierPlan], LookPlan] | None = None,
+    looks: dict[tuple[Any, TierPlan], LookPlan] | None = None,
     on_model: Callable[[BacktestRow, int, int], None] | None = None,
+    held_out: int | None = None,
 ) -> BacktestResult:
-    """Leave-one-out placement of every reference model under ``methods`` (see the module docstring).
+    """Place every reference model, or ``held_out`` of them, against the others under ``methods`` (module docstring).
 
     ``flash_helm_plan``: the fixed schedule of the ``flash_helm`` method (needed only when it runs).
     ``looks``: a dict the caller keeps across seeds; each pool's looks (and their calibrated
-    constant, the costly part) are computed once per held-out model and plan and stored there.
+    constant, the costly part) are computed once per pool and plan and stored there.
     ``on_model``: called as each held-out model's placements finish, with its adaptive row, the
     models done and the number of models (progress).
+    ``held_out``: ``None`` leave-one-out; ``K``: the K models of :func:`held_out_models` (this seed's
+    draw) leave the pool together and are each placed against the rest.
     """
     for m in methods:
         if m not in ALL_METHODS:
@@ -219,15 +268,19 @@ def backtest(
     if "flash_helm" in methods and flash_helm_plan is None:
         raise InputError("the flash_helm method needs the plan of its fixed schedule (flash_helm_plan)",
                          field="--flash-helm-tiers")
-    full = full_data_ranks(reference, aggregate)
-    plan = plan.for_pool(reference.n_models)  # each pool: the other n_models - 1, plus the held-out model
+    chosen = () if held_out is None else held_out_models(reference, held_out, seed=seed, aggregate=aggregate)
+    placed = chosen or reference.model_ids
+    full = full_data_ranks(reference, aggregate, held_out=chosen)
+    shared = reference.without(*chosen) if chosen else None  # held out together: one pool for every placement
+    pool_size = reference.n_models - (len(chosen) or 1)
+    plan = plan.for_pool(pool_size + 1)  # each pool, plus the model placed
     rows: dict[str, list[BacktestRow]] = {m: [] for m in methods}
     counts: dict[str, tuple[int, ...]] = {}
-    for model_id in reference.model_ids:
-        pool = reference.without(model_id)
+    for model_id in placed:
+        pool = shared if shared is not None else reference.without(model_id)
         for method, p in (("adaptive", plan), ("flash_helm", flash_helm_plan)):
             if method in methods:
-                key = (model_id, p)
+                key = (("held out", chosen) if chosen else model_id, p)
                 plan_looks = None if looks is None else looks.get(key)
                 if plan_looks is None:
                     plan_looks = look_plan(pool, p.for_pool(pool.n_models + 1), aggregate)
@@ -238,17 +291,20 @@ def backtest(
                 rows[method].append(_from_placement(model_id, full[model_id], result, plan))
                 counts.setdefault(model_id, result.stages[-1].n_examples)
         if on_model is not None:
-            on_model(rows["adaptive"][-1], len(rows["adaptive"]), reference.n_models)
+            on_model(rows["adaptive"][-1], len(rows["adaptive"]), len(placed))
     sizes = [len(e) for e in reference.example_ids]
     if "uniform" in methods:
         per_dataset = uniform_allocation(float(np.mean([r.n_examples for r in rows["adaptive"]])), sizes)
-        for model_id in reference.model_ids:
-            rows["uniform"].append(_uniform(reference, model_id, full[model_id], per_dataset, plan, seed, aggregate))
+        for model_id in placed:
+            pool = shared if shared is not None else reference.without(model_id)
+            rows["uniform"].append(_uniform(reference, pool, model_id, full[model_id], per_dataset, plan, seed,
+                                            aggregate))
     if "fluid" in methods:
-        rows["fluid"] = _fluid_rows(reference, full, counts, plan, seed, aggregate)
+        rows["fluid"] = _fluid_rows(reference, placed, shared, full, counts, plan, seed, aggregate)
     frozen = {m: tuple(r) for m, r in rows.items()}
     return BacktestResult(reference=reference.name, plan=plan.name, seed=seed, confidence_level=plan.confidence_level,
-                          rows=frozen, summaries=tuple(_summary(m, frozen[m], sum(sizes)) for m in methods))
+                          rows=frozen, summaries=tuple(_summary(m, frozen[m], sum(sizes)) for m in methods),
+                          held_out=chosen, pool_size=pool_size)
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
@@ -285,17 +341,20 @@ def summarize_seeds(results: list[BacktestResult]) -> tuple[SeedSummary, ...]:
     return tuple(out)
 
 
-def _fluid_rows(reference: ReferenceLeaderboard, full: dict[str, int], counts: dict[str, tuple[int, ...]],
-                plan: TierPlan, seed: int, aggregate: str | None) -> list[BacktestRow]:
-    """Fluid Benchmarking at equal cost: each model gets the adaptive method's examples per dataset."""
+def _fluid_rows(reference: ReferenceLeaderboard, placed: Sequence[str], shared: ReferenceLeaderboard | None,
+                full: dict[str, int], counts: dict[str, tuple[int, ...]], plan: TierPlan, seed: int,
+                aggregate: str | None) -> list[BacktestRow]:
+    """Fluid Benchmarking at equal cost: each model gets the adaptive method's examples per dataset.
+    ``shared``: the pool of every placement (models held out together; the 2PL is fitted on it once)."""
     full_fits = pool_fits(reference)
+    shared_fits = None if shared is None else pool_fits(shared)
     total = sum(len(e) for e in reference.example_ids)
     out = []
-    for model_id in reference.model_ids:
-        pool = reference.without(model_id)
+    for model_id in placed:
+        pool = shared if shared is not None else reference.without(model_id)
+        fits = shared_fits if shared_fits is not None else pool_fits(reference, model_id, full_fits)
         i = reference.index(model_id)
-        dist = fluid_rank(pool, [s[i] for s in reference.scores], counts[model_id],
-                          pool_fits(reference, model_id, full_fits), aggregate=aggregate,
+        dist = fluid_rank(pool, [s[i] for s in reference.scores], counts[model_id], fits, aggregate=aggregate,
                           confidence_level=plan.confidence_level, n_resamples=plan.n_resamples,
                           rng=derive_seed(seed, "fluid", model_id))
         used = int(sum(counts[model_id]))

@@ -156,6 +156,8 @@ class _Checkpoint:
         self.scores: list[list[np.ndarray]] = [[] for _ in range(n_datasets)]
         self.tokens: list[list[np.ndarray]] | None = [[] for _ in range(n_datasets)]
         self.n = [0] * n_datasets
+        self.tokens_total = 0
+        self._joined: list[np.ndarray] | None = None
         self.next_stage = 0
         self.status = "active"
         self.reason = ""
@@ -167,17 +169,23 @@ class _Checkpoint:
     def add(self, d: int, scores: np.ndarray, tokens: np.ndarray | None) -> None:
         self.scores[d].append(scores)
         self.n[d] += len(scores)
+        self._joined = None
         if tokens is None:
             self.tokens = None
         elif self.tokens is not None:
             self.tokens[d].append(tokens)
+            self.tokens_total += int(tokens.sum())
 
     def joined(self) -> list[np.ndarray]:
-        return [np.concatenate(s) if s else np.empty(0) for s in self.scores]
+        """Every dataset's scores so far, one array each (joined once per look, then kept in one piece)."""
+        if self._joined is None:
+            self._joined = [np.concatenate(s) if s else np.empty(0) for s in self.scores]
+            self.scores = [[j] if len(j) else [] for j in self._joined]
+        return self._joined
 
     @property
     def n_tokens(self) -> int | None:
-        return None if self.tokens is None else int(sum(t.sum() for ts in self.tokens for t in ts))
+        return None if self.tokens is None else self.tokens_total
 
 
 def _next_targets(c: _Checkpoint, plan: TierPlan, sizes: list[int]) -> tuple[int, list[int]] | None:
@@ -207,9 +215,42 @@ def _spent(state: list[_Checkpoint]) -> tuple[int, float | None]:
     return examples, float(sum(c.n_tokens or 0 for c in scored))
 
 
-def _projected(c: _Checkpoint, targets: list[int], state: list[_Checkpoint]) -> tuple[int, float | None]:
+class _Spent:
+    """:func:`_spent`, kept up to date as stages are served: a round costs the same whatever rounds came before."""
+
+    def __init__(self, state: list[_Checkpoint]) -> None:
+        self.examples = 0
+        self._tokens = 0
+        self._scored = 0
+        self._without_tokens = 0  # scored checkpoints that report no tokens: the total is then unknown
+        for c in state:
+            self.add((0, None), c)
+
+    @property
+    def tokens(self) -> float | None:
+        return None if not self._scored or self._without_tokens else float(self._tokens)
+
+    def add(self, before: tuple[int, int | None], c: _Checkpoint) -> None:
+        """Account for ``c``'s stage just served; ``before``: its examples and tokens before it."""
+        examples_before, tokens_before = before
+        if examples_before:  # take out what it counted for before
+            self._scored -= 1
+            if tokens_before is None:
+                self._without_tokens -= 1
+            else:
+                self._tokens -= tokens_before
+        self.examples += sum(c.n) - examples_before
+        if sum(c.n):
+            self._scored += 1
+            if c.n_tokens is None:
+                self._without_tokens += 1
+            else:
+                self._tokens += c.n_tokens
+
+
+def _projected(c: _Checkpoint, targets: list[int], spent: _Spent) -> tuple[int, float | None]:
     """Examples and tokens after moving ``c`` to ``targets`` (tokens at the rate seen so far)."""
-    examples, tokens = _spent(state)
+    examples, tokens = spent.examples, spent.tokens
     extra = sum(t - n for t, n in zip(targets, c.n))
     if tokens is None:
         return examples + extra, None
@@ -272,11 +313,13 @@ def _round(state: list[_Checkpoint], reference: ReferenceLeaderboard, plan: Tier
         if nxt is None:  # every example scored: the last look already resolved it
             continue
         k, targets = nxt
-        examples, tokens = _projected(c, targets, state)
+        examples, tokens = _projected(c, targets, ctx["spent"])
         flops = None if tokens is None or ctx["n_parameters"] is None else 2.0 * ctx["n_parameters"] * tokens
         if budget.exceeded_by(examples=examples, tokens=tokens, flops=flops) is not None:
             continue
+        before = (sum(c.n), c.n_tokens)
         _serve(c, reference, ctx["orders"], targets)
+        ctx["spent"].add(before, c)
         c.next_stage = k + 1
         _look(c, reference, plan, ctx["positions"], stage_size=plan.stages[k], round_=round_, seed=ctx["seed"],
               aggregate=ctx["aggregate"], low_rank=ctx["low_rank"], levels=ctx["levels"])
@@ -398,6 +441,7 @@ def sweep(
            "levels": look_plan(reference, replace(for_budget(plan, budget), allocation="uniform"), aggregate,
                                low_rank=low).levels}
     state = [_Checkpoint(m, s, len(sizes)) for m, s in sorted(scorers.items())]
+    ctx["spent"] = _Spent(state)
     round_ = 0
     while any(c.status == "active" for c in state):
         round_ += 1
@@ -405,7 +449,7 @@ def sweep(
             round_ -= 1
             break
         if on_round is not None:
-            on_round(round_, sum(c.status == "active" for c in state), _spent(state)[0])
+            on_round(round_, sum(c.status == "active" for c in state), ctx["spent"].examples)
     for c in state:
         if c.status == "active":
             c.status = "unresolved at budget"

@@ -21,7 +21,7 @@ import numpy as np
 
 from flasheval.engine.distributed import main_decides
 from flasheval.errors import InputError, UnknownNameError
-from flasheval.placement.controller import place
+from flasheval.placement.controller import place, plan_looks
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget
 from flasheval.placement.sweep import SweepResult
@@ -125,8 +125,10 @@ def truth_ranks(full: ReferenceLeaderboard, pool: ReferenceLeaderboard, model_id
 
 def separate_placements(full: ReferenceLeaderboard, pool: ReferenceLeaderboard, model_ids: list[str], plan: TierPlan,
                         *, seed: int, aggregate: str | None) -> int:
-    """Examples that independent ``place`` runs of the replayed checkpoints spend (no budget, no racing)."""
-    return sum(place(pool, ReplayScorer(full, m), plan, model_id=m, seed=seed, aggregate=aggregate)
+    """Examples that independent ``place`` runs of the replayed checkpoints spend (no budget, no racing);
+    they share one pool, so its looks are computed once."""
+    looks = plan_looks(pool, plan, aggregate=aggregate)
+    return sum(place(pool, ReplayScorer(full, m), plan, model_id=m, seed=seed, aggregate=aggregate, looks=looks)
                .compute.n_examples for m in model_ids)
 
 
@@ -178,9 +180,7 @@ def hold_out(full: ReferenceLeaderboard, model_ids: list[str]) -> tuple[Referenc
     reference model leaves it; at least 2 reference models must remain (one line otherwise).
     """
     held = [m for m in model_ids if m in full.model_ids]
-    pool = full
-    for model_id in held:
-        pool = pool.without(model_id)
+    pool = full.without(*held) if held else full
     if pool.n_models < 2:
         raise InputError(f"holding out {len(held)} checkpoints leaves fewer than 2 reference models", field="--models")
     return pool, held

@@ -1,7 +1,10 @@
 """Crash-safe results store of a sweep: per-(checkpoint, dataset, example) scores, append-only JSONL.
 
 Each batch of scores a scorer returns is appended as complete lines and ``fsync``-ed before
-the sweep uses it, so a sweep killed at any moment keeps every batch that finished. On load,
+the sweep uses it, so a sweep killed at any moment keeps every batch that finished. A replay
+sweep (whose scores cost nothing to recompute) sets :attr:`ResultsStore.sync_each` to ``False``:
+batches are written and flushed to the operating system at once (a killed process loses none)
+and ``fsync``-ed once per round by :meth:`ResultsStore.sync` (a power cut loses at most that round). On load,
 a torn last line (the process died mid-write: no final newline, or not valid JSON) is cut off
 and logged; a malformed line anywhere else is refused in one line naming the file and line.
 :class:`StoredScorer` wraps any :class:`~flasheval.placement.scorers.ExampleScorer` so that a rerun is
@@ -49,6 +52,9 @@ class ResultsStore:
             raise ValueError("rows are for copies (writer=False); a writer reads its file")
         self.path = Path(path)
         self.writer = writer
+        self.sync_each = True
+        """``True``: every append is fsync-ed; ``False``: written and flushed, fsync-ed by :meth:`sync`."""
+        self._unsynced = False
         self._rows: dict[tuple[str, str, str], tuple[float, int | None]] = dict(rows or {})
         if writer and self.path.exists():
             self._load()
@@ -77,6 +83,16 @@ class ResultsStore:
                 raise InputError(f"corrupt results-store line ({exc.__class__.__name__}: {exc})", path=self.path,
                                  line=number) from None
 
+    def sync(self) -> None:
+        """``fsync`` what was appended since the last sync (``sync_each=False``); nothing to do otherwise."""
+        if self._unsynced:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._unsynced = False
+
     def get(self, model_id: str, task_name: str, example_id: str) -> tuple[float, int | None] | None:
         """``(score, n_tokens)`` if stored."""
         return self._rows.get((model_id, task_name, example_id))
@@ -89,8 +105,12 @@ class ResultsStore:
             n_tok = None if tokens is None else int(tokens[i])
             row = dict(zip(_FIELDS, (model_id, task_name, example_id, float(scored.scores[i]), n_tok)))
             lines.append(json.dumps(row, separators=(",", ":")))
-        if self.writer:
+        if self.writer and self.sync_each:
             append_lines(self.path, lines)
+        elif self.writer:
+            with open(self.path, "ab") as fh:  # closed, hence in the operating system's hands: a kill loses nothing
+                fh.write(("\n".join(lines) + "\n").encode("utf-8"))
+            self._unsynced = True
         for i, example_id in enumerate(example_ids):
             self._rows[(model_id, task_name, example_id)] = (
                 float(scored.scores[i]), None if tokens is None else int(tokens[i]))

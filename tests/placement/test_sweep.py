@@ -4,6 +4,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flasheval import cli
@@ -204,3 +205,23 @@ def test_a_sweep_killed_by_sigkill_resumes_and_loses_nothing(world, tmp_path):
     resumed = sweep(pool, _scorers(ref, held, ResultsStore(store_path)), plan, budget=budget, seed=2)
     assert resumed.n_computed == clean.n_examples - kept
     assert resumed.to_json()["checkpoints"] == clean.to_json()["checkpoints"]
+
+
+def test_the_sweeps_running_totals_equal_a_recount_after_every_stage():
+    # the budget check keeps examples and tokens as running totals; recount them from scratch after every stage
+    from flasheval.placement.sweep import _Checkpoint, _Spent, _spent
+
+    gen = np.random.default_rng(4)
+    state = [_Checkpoint(f"c{i}", None, 3) for i in range(6)]  # type: ignore[arg-type]
+    spent = _Spent(state)
+    assert (spent.examples, spent.tokens) == _spent(state) == (0, None)
+    for _ in range(60):
+        c = state[int(gen.integers(len(state)))]
+        before = (sum(c.n), c.n_tokens)
+        for d in range(3):
+            n = int(gen.integers(0, 5))
+            tokens = None if gen.random() < 0.03 else gen.integers(1, 50, size=n)
+            c.add(d, gen.random(n), tokens)
+        spent.add(before, c)
+        assert (spent.examples, spent.tokens) == _spent(state)
+        assert [len(s) for s in c.joined()] == c.n  # joined once, kept in one piece, extended by later stages
