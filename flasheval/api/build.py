@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.engine.device_map import DeviceMap, device_map_from
 from flasheval.engine.devices import check_device
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
@@ -104,6 +105,9 @@ def build_reference(
     dtype: str = "float32",
     device: str | None = None,
     batch_size: int = 32,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | Path | None = None,
     prefix_space: bool = True,
     output_root: str | Path | None = None,
     work_dir: str | Path | None = None,
@@ -128,6 +132,9 @@ def build_reference(
         Pinned in the reference (placements must use it).
     device, batch_size
         How the models run.
+    device_map, max_memory, offload_folder
+        Models larger than one GPU, as for :func:`flasheval.evaluate` (not recorded in the reference: they
+        do not change the scores).
     prefix_space
         ``flasheval`` engine: prepend a space to continuations (``False`` for SentencePiece-only pools).
     output_root, work_dir, force
@@ -148,6 +155,7 @@ def build_reference(
         raise InputError(f"unknown dtype {dtype!r} (a reference pins its dtype)", field="--dtype", allowed=DTYPES)
     check_count(batch_size, field="--batch-size")
     check_device(device)
+    placement = device_map_from(device_map, max_memory=max_memory, offload_folder=offload_folder, device=device)
     check_seed(seed)
     if not isinstance(name, str) or not name.strip() or "/" in name:
         raise InputError(f"must be a folder name, got {name!r}", field="--name")
@@ -163,7 +171,7 @@ def build_reference(
         return _lmeval(named, tasks, name=name, out=out, work=work, include_path=include_path, num_fewshot=num_fewshot,
                        fewshot_seed=fewshot_seed, metric=metric, n_examples=n_examples, seed=seed, dtype=dtype,
                        device=device, batch_size=batch_size, suite=suite, task_dir=task_dir, prefix_space=prefix_space,
-                       recorded=recorded, report=report)
+                       recorded=recorded, report=report, device_map=placement)
     for option, value in (("include_path", include_path), ("num_fewshot", num_fewshot), ("metric", metric)):
         if value is not None:
             raise InputError("applies to --engine lm-eval only", field="--" + option.replace("_", "-"))
@@ -179,7 +187,7 @@ def build_reference(
     result = score_task_files(named, task_list, suite=str(suite), seed=seed, n_examples=n_examples, dtype=dtype,
                               store_dir=work / "store", prefix_space=prefix_space, device=device or "auto",
                               batch_size=batch_size, task_dir=str(Path(str(task_dir)).resolve()), state=state,
-                              on_model=_model_reporter(report))
+                              on_model=_model_reporter(report), device_map=placement)
     log = None
     if report.is_main:
         log = write_built_reference(out, result, name=name, suite=load_suite(str(suite)), tasks=task_list,
@@ -192,7 +200,7 @@ def build_reference(
 def _lmeval(models: Sequence[NamedModel], tasks: Any, *, name: str, out: Path, work: Path, include_path: Any,
             num_fewshot: int | None, fewshot_seed: int, metric: str | None, n_examples: int | None, seed: int,
             dtype: str, device: str | None, batch_size: int, suite: str | None, task_dir: Any, prefix_space: bool,
-            recorded: str, report: Reporter) -> BuiltReference:
+            recorded: str, report: Reporter, device_map: DeviceMap | None = None) -> BuiltReference:
     from flasheval.lmeval import require_lm_eval
 
     for option, value in (("suite", suite), ("task_dir", task_dir)):
@@ -217,7 +225,8 @@ def _lmeval(models: Sequence[NamedModel], tasks: Any, *, name: str, out: Path, w
     result = build_lmeval_reference(models, names, include_path=include, num_fewshot=num_fewshot,
                                     fewshot_seed=fewshot_seed, n_examples=n_examples, seed=seed, metric=metric,
                                     dtype=dtype, store_dir=work / "store", device=device or "auto",
-                                    batch_size=batch_size, state=state, on_model=_model_reporter(report))
+                                    batch_size=batch_size, state=state, on_model=_model_reporter(report),
+                                    device_map=device_map)
     if report.is_main:
         metrics = sorted({t.metric for t in result.settings.tasks.values()})
         write_reference(out, result.frame, name=name,

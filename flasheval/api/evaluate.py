@@ -20,8 +20,11 @@ from typing import Any
 from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.resolve import refuse_live_options
 from flasheval.api.progress import ProgressCallback, Reporter, watch_load
+from flasheval.engine.device_map import device_map_from
 from flasheval.engine.devices import check_device
 from flasheval.engine.distributed import make_state, shutdown
+from flasheval.engine.dtype_comparison import (check_compare_dtype, check_resolved_dtype, comparison_block,
+                                               score_in_dtype)
 from flasheval.engine.evaluate import computed_work, evaluation_requests, evaluation_results, score_through_store
 from flasheval.engine.example_records import EXAMPLE_FORMATS, ExampleRecord, write_example_records
 from flasheval.engine.heldout import load_heldout
@@ -91,8 +94,12 @@ def evaluate(
     device: str | None = None,
     batch_size: int | None = None,
     max_length: int | None = None,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | Path | None = None,
     progress: ProgressCallback | None = None,
     progress_bar: bool | None = None,
+    compare_dtype: str | None = None,
 ) -> EvaluationRun:
     """Score ``tasks`` and whole ``suites`` (and held-out text) with ``model``.
 
@@ -122,12 +129,23 @@ def evaluate(
         How the model runs (``dtype``/``device`` ``auto``: float32 on CPU, bfloat16 on GPU; ``batch_size``
         ``None``: 32 continuations per forward pass); not for in-memory models, which run as they are, nor
         (with ``task_dir`` and ``store``) for ``replay:`` models, which run nothing: given there, refused.
+    device_map, max_memory, offload_folder
+        A model larger than one GPU: ``device_map`` ``auto``, ``balanced``, ``sequential`` or a mapping of module
+        -> device spreads each replica over its GPUs (under ``accelerate launch``, its slice of the node's),
+        then CPU memory, then ``offload_folder`` on disk; ``max_memory`` caps devices (``"0=70GiB,cpu=200GiB"``).
+        Scores and fingerprint are those of a load on one device (:mod:`flasheval.engine.device_map`).
     progress
         Called with a :class:`~flasheval.api.progress.Progress` when the requests are planned (how many the
         store already answers), when the weights load (only when a request is not in the store) and when done.
     progress_bar
         A bar on stderr that advances per forward batch, on the main process only: ``None`` (default) shows
         it when stderr is a terminal or in a notebook, ``True`` always, ``False`` never.
+    compare_dtype
+        After scoring, score the task examples again with the weights in this dtype (``float32``, ``bfloat16``,
+        ``float16``; under its own fingerprint in the same store, so a rerun is cached) and add a
+        ``dtype_comparison`` block: per task, predictions that flip and the largest / median per-choice
+        |delta log-likelihood| (:mod:`flasheval.engine.dtype_comparison`). ``hf:`` / ``gguf:`` models only, in
+        another dtype than the run's.
 
     A spec's weights load only when a request is missing from the store: a rerun the store answers
     entirely loads nothing (``load_seconds`` 0, no rates). Rates (``examples_per_second``,
@@ -140,7 +158,10 @@ def evaluate(
     if batch_size is not None:
         check_count(batch_size, field="--batch-size")
     check_device(device)
+    placement = device_map_from(device_map, max_memory=max_memory, offload_folder=offload_folder, device=device)
     check_seed(seed)
+    check_compare_dtype(compare_dtype, dtype=dtype, kind="replay" if isinstance(resolved, ReplayModel) else
+                        "in-memory" if isinstance(resolved, LoadedModel) else "spec", has_tasks=bool(tasks or suites))
     if format not in EXAMPLE_FORMATS:
         raise InputError(f"unknown format {format!r}", field="--format", allowed=EXAMPLE_FORMATS)
     if baselines not in ("v1", "v2"):
@@ -148,11 +169,12 @@ def evaluate(
     if isinstance(resolved, ReplayModel):
         refuse_live_options("models only (replay: serves recorded scores)", task_dir=task_dir, store=store,
                             dtype=None if dtype == "auto" else dtype, device=device, batch_size=batch_size,
-                            max_length=max_length)
+                            max_length=max_length, device_map=placement)
         return _replay(resolved, tasks, suites=suites, heldout=heldout, n_examples=n_examples, seed=seed,
                        model_id=model_id, output=output, format=format)
     if isinstance(resolved, LoadedModel):
-        for name, value, default in (("dtype", dtype, "auto"), ("device", device, None), ("max_length", max_length, None)):
+        for name, value, default in (("dtype", dtype, "auto"), ("device", device, None),
+                                     ("max_length", max_length, None), ("device_map", placement, None)):
             if value != default:
                 raise InputError("an in-memory model runs as it is (its dtype, device and length)",
                                  field="--" + name.replace("_", "-"))
@@ -181,9 +203,10 @@ def evaluate(
             else Path(store) if store is not None else Path(output) / "store"  # type: ignore[arg-type]
         load_started = time.perf_counter()
         backend = open_model(resolved, dtype=dtype, device=device or "auto", batch_size=batch_size or 32,
-                             max_length=max_length)  # a spec's weights load on the first request not in the store
+                             max_length=max_length, device_map=placement)  # weights load on the first request not stored
         open_seconds = time.perf_counter() - load_started
         watch_load(report, backend, resolved.model_id)
+        check_resolved_dtype(compare_dtype, getattr(backend, "dtype_name", dtype))  # auto made concrete, nothing loaded
         if isinstance(resolved, LoadedModel):
             stack.enter_context(scoring_mode(resolved.model))
         prefix_space = getattr(backend, "prefix_space", True)
@@ -197,6 +220,15 @@ def evaluate(
         # Not shut down after a failure: the others may be stuck in another collective; the launcher ends them.
         results, counts = score_through_store(backend, flat, store_dir, state, progress_bar=progress_bar,
                                               on_planned=planned)
+        model_loaded = bool(getattr(backend, "is_loaded", True))  # False: the store answered every request
+        other = None
+        if compare_dtype is not None:
+            getattr(backend, "release", lambda: None)()  # one copy of the weights in memory at a time
+            report("start", f"scoring the task examples again with the weights in {compare_dtype}")
+            other = score_in_dtype(resolved, compare_dtype, selections=selections, per_task=per_task,
+                                   store_dir=store_dir, state=state, progress_bar=progress_bar,
+                                   open_options={"device": device or "auto", "batch_size": batch_size or 32,
+                                                 "max_length": max_length, "device_map": placement})
     load_seconds = open_seconds + float(getattr(backend, "load_seconds", 0.0))
     counts = {**counts, "load_seconds": load_seconds, "wall_seconds": time.perf_counter() - started}
     try:
@@ -220,16 +252,23 @@ def evaluate(
             "n_requests": len(flat),
             **{k: v for k, v in counts.items() if k not in ("load_seconds", "wall_seconds")},
             "n_parameters": compute["n_parameters"],
-            "model_loaded": bool(getattr(backend, "is_loaded", True)),  # False: the store answered every request
+            "model_loaded": model_loaded,
             "n_tokens": compute["n_tokens"] + (compute["heldout_n_tokens"] or 0),
             **speed,
             "world_size": state.num_processes,
         }
+        if other is not None:
+            payload["dtype_comparison"] = comparison_block(
+                str(getattr(backend, "dtype_name", dtype)), {t.task_name: t.accuracy for t in outcome.tasks},
+                outcome.records, other)
         if not state.is_main_process or output is None:
             return EvaluationRun(summary=payload, records=tuple(outcome.records),
                                  is_main_process=state.is_main_process)
         examples_path = write_example_records(outcome.records, Path(output), format)
         payload["examples_file"] = examples_path.name
+        if other is not None:
+            payload["dtype_comparison"]["examples_file"] = write_example_records(
+                other.records, Path(output), format, stem=f"examples-{other.dtype}").name
         path = write_record(Path(output) / SUMMARY_FILE, kind="evaluate", payload=payload)
         report("done", f"{outcome.n_examples} examples: {counts['n_requests_computed']} requests computed, "
                        f"{counts['n_requests_from_store']} served from the store")

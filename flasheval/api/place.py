@@ -31,9 +31,10 @@ from flasheval.engine.distributed import launch_state
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.placement.backtest import full_data_ranks
 from flasheval.placement.controller import place as run_placement
+from flasheval.placement.controller import plan_looks
 from flasheval.placement.live_scoring import check_seed, prepare_scoring
 from flasheval.placement.replay import ReplayScorer
-from flasheval.placement.results import Budget, PlacementResult, StageRecord
+from flasheval.placement.results import Budget, PlacementResult, StageRecord, Timing
 from flasheval.placement.tiers import TierPlan
 from flasheval.placement.looks import first_look
 from flasheval.records import prepare_output, write_record
@@ -56,6 +57,9 @@ class PlaceRun:
     live: Mapping[str, Any] | None = None
     """Live models only: spec, fingerprint, dtype, engine settings, seconds, requests computed, every
     example asked and scored (the record's ``live`` entry)."""
+    timing: Timing | None = None
+    """Live models only: wall, load, forward-pass and outside-the-model seconds, and a full run's time at
+    the throughput measured (the record's ``timing`` entry)."""
     record_path: Path | None = None
     """Where the record was written (``None`` without ``output``)."""
 
@@ -74,6 +78,8 @@ class PlaceRun:
             payload["full_data_rank"] = self.full_data_rank
         if self.live is not None:
             payload["live"] = dict(self.live)
+        if self.timing is not None:
+            payload["timing"] = self.timing.to_json()
         return payload
 
 
@@ -109,6 +115,9 @@ def place(
     dtype: str | None = None,
     device: str | None = None,
     batch_size: int | None = None,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | Path | None = None,
     output: str | Path | None = None,
     progress: ProgressCallback | None = None,
 ) -> PlaceRun:
@@ -148,6 +157,9 @@ def place(
     dtype, device, batch_size
         Live models: dtype (default and only value accepted: the reference's), device (``auto``; not for
         in-memory models), continuations per forward pass (default 32).
+    device_map, max_memory, offload_folder
+        Live specs larger than one GPU, as for :func:`flasheval.evaluate` (each replica of a launch on its
+        own slice of the node's GPUs; the fingerprint and the scores do not change).
     output
         Folder for the results store (``store/``) and the record (``place.json``). ``None``: a temporary
         store for this call and no record. In-memory models without an identity always use a temporary store.
@@ -159,6 +171,7 @@ def place(
     -------
     PlaceRun
     """
+    wall_start = time.perf_counter()
     report = Reporter(progress)
     check_n_parameters(n_parameters)
     budget = resolve_budget(budget)
@@ -166,11 +179,13 @@ def place(
     if isinstance(resolved, ReplayModel):
         refuse_live_options("models only (replay: serves recorded scores)", task_dir=task_dir,
                             include_path=include_path, num_fewshot=num_fewshot, dtype=dtype, device=device,
-                            batch_size=batch_size)
+                            batch_size=batch_size, device_map=device_map, max_memory=max_memory,
+                            offload_folder=offload_folder)
         return _place_replay(resolved, reference, plan=plan, budget=budget, seed=seed, aggregate=aggregate,
                              missing=missing, n_parameters=n_parameters, output=output, report=report)
     options = live_options(seed=seed, dtype=dtype, task_dir=task_dir, include_path=include_path,
-                           num_fewshot=num_fewshot, device=device, batch_size=batch_size)
+                           num_fewshot=num_fewshot, device=device, batch_size=batch_size, device_map=device_map,
+                           max_memory=max_memory, offload_folder=offload_folder)
     options.check_model(resolved)
     plan_ = resolve_plan(plan)
     setup = prepare_scoring(resolve_reference(reference, missing=missing), options)
@@ -195,16 +210,22 @@ def place(
             stack.enter_context(scoring_mode(resolved.model))
         how = " ".join(filter(None, ("live", setup.describe())))
         report("start", f"placing {resolved.model_id} ({how}, {setup.dtype}) on {pool.name} with plan {plan_.name}:")
+        looks_start = time.perf_counter()
+        looks = plan_looks(pool, plan_, budget=budget, aggregate=aggregate)
+        looks_seconds = time.perf_counter() - looks_start
         result = run_placement(pool, opened.scorer, plan_, model_id=resolved.model_id, seed=setup.seed, budget=budget,
-                               aggregate=aggregate, on_stage=_stage_reporter(report))
+                               aggregate=aggregate, looks=looks, on_stage=_stage_reporter(report))
         live = {"engine": setup.engine, "spec": resolved.text, "fingerprint": opened.fingerprint, "dtype": setup.dtype,
                 **setup.record_settings(), "load_seconds": opened.load_seconds, "model_loaded": opened.is_loaded,
                 "seconds": time.perf_counter() - start, "requests_computed": opened.requests_computed,
                 "asked": opened.scorer.asked_json(), "examples": opened.scorer.examples_json()}
-    run = PlaceRun(placement=result, live=live)
+        timing = Timing(wall_seconds=time.perf_counter() - wall_start, load_seconds=opened.load_seconds,
+                        scoring_seconds=opened.forward_seconds, scored_tokens=opened.forward_tokens,
+                        looks_seconds=looks_seconds, full_tokens=result.compute.full_tokens)
+    run = PlaceRun(placement=result, live=live, timing=timing)
     if output is not None and report.is_main:
         path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json())
-        run = PlaceRun(placement=result, live=live, record_path=path)
+        run = PlaceRun(placement=result, live=live, timing=timing, record_path=path)
     return run
 
 

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from flasheval.engine.device_map import device_map_from
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import LiveOptions
 from flasheval.placement.looks import first_look
@@ -62,11 +63,15 @@ def check_n_parameters(value: Any) -> None:
 
 
 def live_options(*, seed: Any, dtype: Any, task_dir: Any, include_path: Any, num_fewshot: Any, device: Any,
-                 batch_size: Any) -> LiveOptions:
-    """The options of scoring live models (validated by :class:`~flasheval.placement.live_scoring.LiveOptions`)."""
+                 batch_size: Any, device_map: Any = None, max_memory: Any = None,
+                 offload_folder: Any = None) -> LiveOptions:
+    """The options of scoring live models (validated by :class:`~flasheval.placement.live_scoring.LiveOptions`;
+    the device map's by :func:`~flasheval.engine.device_map.device_map_from`)."""
+    placement = device_map_from(device_map, max_memory=max_memory, offload_folder=offload_folder, device=device)
     return LiveOptions(seed=seed, dtype=dtype, task_dir=None if task_dir is None else str(task_dir),
                        include_path=None if include_path is None else str(Path(include_path).resolve()),
-                       num_fewshot=num_fewshot, device=device, batch_size=32 if batch_size is None else batch_size)
+                       num_fewshot=num_fewshot, device=device, batch_size=32 if batch_size is None else batch_size,
+                       device_map=placement)
 
 
 def refuse_live_options(why: str, **options: Any) -> None:

@@ -89,6 +89,9 @@ def sweep(
     dtype: str | None = None,
     device: str | None = None,
     batch_size: int | None = None,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | Path | None = None,
     max_loaded: int | None = None,
     output: str | Path | None = None,
     progress: ProgressCallback | None = None,
@@ -114,7 +117,7 @@ def sweep(
         plan's last tier).
     n_parameters
         Parameters per checkpoint, for FLOPs (needed by a FLOPs budget).
-    task_dir, include_path, num_fewshot, dtype, device, batch_size
+    task_dir, include_path, num_fewshot, dtype, device, batch_size, device_map, max_memory, offload_folder
         Live checkpoints, as for :func:`flasheval.place`.
     max_loaded
         Live: most checkpoints held in memory at once (default 1); the least recently used is unloaded and
@@ -140,13 +143,15 @@ def sweep(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-sweep-")))
         if isinstance(resolved[0], ReplayModel):
             refuse_live_options("specs only", task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot,
-                                dtype=dtype, device=device, batch_size=batch_size, max_loaded=max_loaded)
+                                dtype=dtype, device=device, batch_size=batch_size, max_loaded=max_loaded,
+                                device_map=device_map, max_memory=max_memory, offload_folder=offload_folder)
             run = _replay(resolved, reference, budget=budget, plan=plan_, seed=seed or 0, aggregate=aggregate,
                           missing=missing, datasets=datasets, low_rank=low_rank, n_params=n_params,
                           n_parameters=n_parameters, folder=folder, report=report)
         else:
             options = live_options(seed=seed, dtype=dtype, task_dir=task_dir, include_path=include_path,
-                                   num_fewshot=num_fewshot, device=device, batch_size=batch_size)
+                                   num_fewshot=num_fewshot, device=device, batch_size=batch_size,
+                                   device_map=device_map, max_memory=max_memory, offload_folder=offload_folder)
             for model in resolved:
                 options.check_model(model)  # type: ignore[arg-type]
             run = _live(resolved, reference, budget=budget, plan=plan_, options=options, aggregate=aggregate,
@@ -170,9 +175,7 @@ def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any,
     model_ids = [m.model_id for m in models]
     for model_id in model_ids:
         full.index(model_id)  # unknown model: one line listing the known ones
-    pool = full
-    for model_id in model_ids:
-        pool = pool.without(model_id)
+    pool = full.without(*model_ids) if model_ids else full
     if pool.n_models < 2:
         raise InputError(f"holding out {len(model_ids)} checkpoints leaves fewer than 2 reference models",
                          field="--models")
@@ -188,8 +191,18 @@ def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any,
     scorers = {m: StoredScorer(ReplayScorer(full, m, n_parameters=n_params), store, m) for m in model_ids}
     _resolving(report, f"sweeping {len(model_ids)} checkpoints on {full.name} ({pool.n_models} reference models, "
                        f"plan {plan.name}, budget {budget.max_examples or budget.max_tokens or budget.max_flops})", store, folder)
-    result = run_sweep(pool, scorers, plan, budget=budget, seed=seed, aggregate=aggregate, low_rank=low_rank,
-                       n_parameters=n_params, on_round=_round_reporter(report))
+    store.sync_each = False  # replayed scores cost nothing to recompute: one fsync per round, not per batch
+    reporter = _round_reporter(report)
+
+    def on_round(round_: int, n_active: int, n_examples: int) -> None:
+        store.sync()
+        reporter(round_, n_active, n_examples)
+
+    try:
+        result = run_sweep(pool, scorers, plan, budget=budget, seed=seed, aggregate=aggregate, low_rank=low_rank,
+                           n_parameters=n_params, on_round=on_round)
+    finally:
+        store.sync()
     result = replace(result, truth=truth_ranks(full, pool, model_ids, aggregate))
     separate = separate_placements(full, pool, model_ids, plan, seed=seed, aggregate=aggregate)
     payload = build_payload(result, full, pool, aggregate, separate)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 from flasheval.api.progress import Progress
 from flasheval.errors import InputError
 from flasheval.placement.results import Budget
 
 __all__ = ["add_live_options", "add_lmeval_live_options", "budget_from", "add_progress_options", "step_printer",
-           "progress_bar_from"]
+           "progress_bar_from", "add_device_map_options", "device_map_arguments"]
 
 
 def add_progress_options(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +63,8 @@ def progress_bar_from(args: argparse.Namespace) -> bool | None:
 
 
 def add_live_options(parser: argparse.ArgumentParser) -> None:
-    """``--task-dir``, ``--dtype``, ``--device``, ``--batch-size``: scoring live models against a built reference.
+    """``--task-dir``, ``--dtype``, ``--device``, ``--batch-size`` and the device map's options
+    (:func:`add_device_map_options`): scoring live models against a built reference.
 
     Their defaults are ``None`` ("not given"), so an option given where it does not apply (a replayed
     model) is refused rather than ignored.
@@ -71,6 +73,29 @@ def add_live_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", help="live: default and only accepted value: the reference's")
     parser.add_argument("--device", help="live: auto, cpu, cuda, cuda:N (default: auto)")
     parser.add_argument("--batch-size", type=int, help="live: continuations per forward pass (default: 32)")
+    add_device_map_options(parser)
+
+
+def add_device_map_options(parser: argparse.ArgumentParser) -> None:
+    """``--device-map``, ``--max-memory``, ``--offload-folder``: a model larger than one GPU (commands that load one).
+
+    Checked by :func:`flasheval.engine.device_map.device_map_from` (through the API), so the command line
+    and the API refuse the same values with the same line; see docs/engine.md, "Models larger than one GPU".
+    """
+    parser.add_argument("--device-map", metavar="MAP",
+                        help="spread the model over the GPUs (then CPU, then disk): auto, balanced, sequential, or a "
+                        "JSON object / .json file of module -> GPU index, cpu, disk; under accelerate launch each "
+                        "replica gets visible GPUs / processes per node")
+    parser.add_argument("--max-memory", metavar="CAPS",
+                        help="with a --device-map name: caps per device, e.g. 0=70GiB,1=70GiB,cpu=200GiB (GPU numbers "
+                        "count from the replica's first GPU; default: each device's free memory)")
+    parser.add_argument("--offload-folder", metavar="DIR",
+                        help="with --device-map: folder for layers that fit neither the GPUs nor CPU memory")
+
+
+def device_map_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """``device_map=``, ``max_memory=``, ``offload_folder=`` of an API call (:func:`add_device_map_options`' options)."""
+    return {"device_map": args.device_map, "max_memory": args.max_memory, "offload_folder": args.offload_folder}
 
 
 def add_lmeval_live_options(parser: argparse.ArgumentParser) -> None:

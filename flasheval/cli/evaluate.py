@@ -17,7 +17,13 @@ import argparse
 from pathlib import Path
 
 from flasheval.api.evaluate import evaluate
-from flasheval.cli._options import add_progress_options, progress_bar_from, step_printer
+from flasheval.cli._options import (
+    add_device_map_options,
+    add_progress_options,
+    device_map_arguments,
+    progress_bar_from,
+    step_printer,
+)
 from flasheval.engine.example_records import EXAMPLE_FORMATS
 from flasheval.report.markdown import render_text
 from flasheval.report.sections import evaluate_summary_blocks
@@ -47,8 +53,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--store", type=Path, metavar="DIR", help="results store folder (default OUTPUT/store)")
     parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
     parser.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: auto)")
+    add_device_map_options(parser)
     parser.add_argument("--batch-size", type=int, help="continuations per forward pass, halved on OOM (default: 32)")
     parser.add_argument("--max-length", type=int, default=None, help="max tokens per sequence (default: the model's)")
+    parser.add_argument("--compare-dtype", metavar="DTYPE",
+                        help="then score the same examples with the weights in DTYPE (float32, bfloat16, float16) and "
+                             "report per task the predictions that flip and the per-choice log-likelihood differences")
     add_progress_options(parser)
     parser.set_defaults(func=run)
 
@@ -59,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
                        n_examples=args.n_examples, seed=args.seed, baselines=args.baselines, model_id=args.model_id,
                        output=args.output, format=args.format, store=args.store, dtype=args.dtype,
                        device=args.device, batch_size=args.batch_size, max_length=args.max_length,
+                       **device_map_arguments(args),
+                       compare_dtype=args.compare_dtype,
                        progress=step_printer(args, steps=("start", "load")), progress_bar=progress_bar_from(args))
     if outcome.record_path is None:  # the other processes of a launch
         return 0

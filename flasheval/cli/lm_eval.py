@@ -14,8 +14,9 @@ import argparse
 import time
 from pathlib import Path
 
-from flasheval.cli._options import add_progress_options, progress_bar_from
+from flasheval.cli._options import add_device_map_options, add_progress_options, progress_bar_from
 from flasheval.engine import check_model_files, parse_named_models
+from flasheval.engine.device_map import device_map_from
 from flasheval.errors import InputError
 from flasheval.records import slug
 
@@ -46,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--store", help="results store folder (default: OUTPUT_PATH/store or runs/lm-eval-MODEL/store)")
     parser.add_argument("--dtype", default="float32", help="auto, float32, bfloat16, float16 (default: %(default)s)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: %(default)s)")
+    add_device_map_options(parser)
     _both(parser, "batch_size", type=int, default=32, help="continuations per forward pass (default: %(default)s)")
     _both(parser, "max_length", type=int, help="lm-eval's max_length (default: the model config's)")
     add_progress_options(parser)
@@ -66,12 +68,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("no task named", field="--tasks")
     model = parse_named_models([args.model], field="--model")[0]
     check_model_files([model], field="--model")
+    placement = device_map_from(args.device_map, max_memory=args.max_memory, offload_folder=args.offload_folder,
+                                device=args.device)
     manager = make_task_manager(args.include_path)
     store = Path(args.store or (Path(args.output_path) / "store" if args.output_path else
                                 Path("runs") / f"lm-eval-{slug(model.model_id)}" / "store"))
     start = time.perf_counter()
     opened = open_lmeval_model(model, store, dtype=args.dtype, device=args.device, batch_size=args.batch_size,
-                               max_length=args.max_length, progress_bar=progress_bar_from(args))
+                               max_length=args.max_length, progress_bar=progress_bar_from(args), device_map=placement)
     tracker = None
     if args.output_path and opened.is_main_process:
         from lm_eval.loggers import EvaluationTracker

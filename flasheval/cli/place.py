@@ -19,6 +19,7 @@ from flasheval.cli._options import (
     add_lmeval_live_options,
     add_progress_options,
     budget_from,
+    device_map_arguments,
     step_printer,
 )
 from flasheval.placement.results import PlacementResult
@@ -26,7 +27,7 @@ from flasheval.records import slug
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.ranking import AGGREGATES
 
-__all__ = ["register", "run", "DEFAULT_REPLAY_MODEL", "format_summary"]
+__all__ = ["register", "run", "DEFAULT_REPLAY_MODEL", "format_summary", "format_timing"]
 
 DEFAULT_REPLAY_MODEL = "meta/llama-3-70b"
 """Model placed by ``flasheval place`` with no arguments (held out of ``helm_lite``)."""
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = place(model, reference, plan=args.tiers, budget=budget, seed=args.seed, aggregate=args.aggregate,
                     missing=args.missing, n_parameters=args.n_parameters, task_dir=args.task_dir,
                     include_path=args.include_path, num_fewshot=args.num_fewshot, dtype=args.dtype, device=args.device,
-                    batch_size=args.batch_size, output=output,
+                    batch_size=args.batch_size, **device_map_arguments(args), output=output,
                     progress=step_printer(args))
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_placed(outcome)
@@ -100,8 +101,20 @@ def print_placed(outcome: PlaceRun) -> None:
         print(f"  full-data rank (every example scored): {outcome.full_data_rank}, {inside} the interval")
         print(f"  record: {outcome.record_path}")
     elif outcome.live is not None:
-        live = outcome.live
-        load = (f"opening and loading the model {live['load_seconds']:.0f} s" if live.get("model_loaded", True) else
-                "model not loaded: every request was in the store")
-        print(f"  wall time {live['seconds']:.0f} s ({load}; {live['requests_computed']} requests computed); "
-              f"record: {outcome.record_path}")
+        print(f"  {format_timing(outcome)}; record: {outcome.record_path}")
+
+
+def format_timing(outcome: PlaceRun) -> str:
+    """A live placement's time, where it went, and a full run's at the throughput measured (one line)."""
+    live, t = outcome.live or {}, outcome.timing
+    wall = live.get("seconds", 0.0) if t is None else t.wall_seconds
+    if not live.get("model_loaded", True):
+        return f"time {wall:.0f} s (model not loaded: every request was in the store)"
+    line = f"time {wall:.0f} s (opening and loading the model {live.get('load_seconds', 0.0):.0f} s"
+    if t is not None:
+        line += f", model {t.scoring_seconds:.1f} s, outside the model {t.outside_model_seconds:.1f} s"
+    line += f"; {live.get('requests_computed', 0)} requests computed)"
+    if t is None or t.full_wall_seconds is None:
+        return line
+    return (line + f"; a full run of these datasets ~{t.full_wall_seconds:.0f} s (loading {t.load_seconds:.0f} s + "
+            f"{t.full_tokens:,.0f} tokens at the measured {t.tokens_per_second:.0f} tokens/s): ~{t.time_saving:.1f}x")

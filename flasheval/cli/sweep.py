@@ -25,6 +25,7 @@ from flasheval.cli._options import (
     add_lmeval_live_options,
     add_progress_options,
     budget_from,
+    device_map_arguments,
     step_printer,
 )
 from flasheval.errors import InputError
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
                     missing=args.missing, datasets=args.datasets, low_rank=args.low_rank,
                     n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
                     num_fewshot=args.num_fewshot, dtype=args.dtype, device=args.device, batch_size=args.batch_size,
-                    max_loaded=args.max_loaded, output=run_folder(args.output, reference),
+                    **device_map_arguments(args), max_loaded=args.max_loaded, output=run_folder(args.output, reference),
                     progress=step_printer(args))
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_swept(outcome, start)

@@ -13,8 +13,10 @@ One job per module:
 * :mod:`~flasheval.engine.hf_generation` — greedy generation batches;
 * :mod:`~flasheval.engine.hf_loading`  — load a local folder, GGUF file or hub id into the HF backend;
 * :mod:`~flasheval.engine.deferred`    — a spec's model opened without its weights (loaded on the first miss);
+* :mod:`~flasheval.engine.device_map`  — models larger than one GPU: device maps, memory caps, offload, replica slices;
 * :mod:`~flasheval.engine.fingerprint` — what identifies a model's weights in the store;
 * :mod:`~flasheval.engine.store`       — the crash-safe results store and the caching wrapper;
+* :mod:`~flasheval.engine.store_shards` — the store's files: one shard per model, the old single file's migration;
 * :mod:`~flasheval.engine.journal`     — the durable append-only journal both stores write;
 * :mod:`~flasheval.engine.distributed` — data parallelism under ``accelerate launch``;
 * :mod:`~flasheval.engine.progress_bar` — the per-batch bar (stderr, main process, terminals only);

@@ -24,10 +24,11 @@ from flasheval.types import (
 
 __all__ = ["Backend", "OnResults", "SCORING_VERSION"]
 
-SCORING_VERSION = "2"
+SCORING_VERSION = "3"
 """Version of the scoring conventions (tokenization, truncation, windows). Part of every model
 fingerprint: bump it when a change alters any log-likelihood, so stored results are not reused.
-2: left-padded shared contexts (sliding-window models were inexact under version 1)."""
+2: left-padded shared contexts (sliding-window models were inexact under version 1).
+3: padded widths rounded up to a multiple of 16 tokens (a request's sums no longer depend on its batch)."""
 
 OnResults = Callable[[Sequence[tuple[int, Result]]], None]
 """Callback receiving ``(index into the request list, result)`` pairs as a batch finishes."""

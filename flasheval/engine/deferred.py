@@ -84,6 +84,11 @@ class DeferredBackend:
         return self._plan.max_length
 
     @property
+    def dtype_name(self) -> str:
+        """The dtype the weights load in (``auto`` resolved), known before they load."""
+        return self._plan.dtype_name
+
+    @property
     def batch_size(self) -> int:
         """Rows per forward pass (the loaded backend's, smaller after an out-of-memory back-off)."""
         return self._batch_size if self._backend is None else self._backend.batch_size
@@ -92,6 +97,17 @@ class DeferredBackend:
     def is_loaded(self) -> bool:
         """Whether the weights are in memory."""
         return self._backend is not None
+
+    @property
+    def forward_seconds(self) -> float:
+        """Seconds in the model's forward passes (:attr:`HFBackend.forward_seconds
+        <flasheval.engine.hf.HFBackend>`; 0.0 while the weights have not loaded)."""
+        return 0.0 if self._backend is None else self._backend.forward_seconds
+
+    @property
+    def forward_tokens(self) -> int:
+        """Tokens those passes ran (0 while the weights have not loaded)."""
+        return 0 if self._backend is None else self._backend.forward_tokens
 
     @property
     def n_parameters(self) -> int:
@@ -121,6 +137,17 @@ class DeferredBackend:
             if self.on_load is not None:
                 self.on_load(self.load_seconds)
         return self._backend
+
+    def release(self) -> None:
+        """Drop the loaded weights (a later request loads them again), e.g. before loading another copy."""
+        if self._backend is None:
+            return
+        on_cuda = self._backend._pass.device.type == "cuda"
+        self._backend = None
+        if on_cuda:
+            import torch
+
+            torch.cuda.empty_cache()
 
     def plan_batches(self, requests: Sequence[LoglikelihoodRequest]) -> list[tuple[int, ...]]:
         """See :meth:`HFBackend.plan_batches <flasheval.engine.hf.HFBackend.plan_batches>` (loads the weights)."""

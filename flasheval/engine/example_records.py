@@ -83,11 +83,11 @@ def example_records(
     return records, scores
 
 
-def write_example_records(records: Sequence[ExampleRecord], output: Path, fmt: str) -> Path:
-    """Write the per-example records atomically as ``examples.parquet`` or ``examples.jsonl`` in ``output``."""
+def write_example_records(records: Sequence[ExampleRecord], output: Path, fmt: str, *, stem: str = "examples") -> Path:
+    """Write the per-example records atomically as ``<stem>.parquet`` or ``<stem>.jsonl`` in ``output``."""
     output.mkdir(parents=True, exist_ok=True)
     rows = [dataclasses.asdict(r) for r in records]
-    target = output / f"examples.{fmt}"
+    target = output / f"{stem}.{fmt}"
     if fmt == "jsonl":
         atomic_write_text(target, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         return target
@@ -97,7 +97,7 @@ def write_example_records(records: Sequence[ExampleRecord], output: Path, fmt: s
     for column in ("fewshot_ids", "choice_logprob_sum", "choice_n_tokens"):
         if column in frame:
             frame[column] = frame[column].map(list)
-    temporary = output / f".examples.{fmt}.tmp"
+    temporary = output / f".{stem}.{fmt}.tmp"
     frame.to_parquet(temporary, index=False)
     os.replace(temporary, target)
     return target

@@ -32,6 +32,7 @@ Scoring conventions (documented in ``docs/engine.md``):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -93,6 +94,20 @@ class HFBackend:
     max_batch_tokens
         Token budget per forward pass, counted as rows x padded length (default
         ``batch_size * 1024``, see :mod:`flasheval.engine.batching`). Halved on out-of-memory.
+    pad_multiple
+        Padded widths are rounded up to a multiple of this many tokens (default 16), so that a request's
+        sums do not depend on its companions (:func:`~flasheval.engine.hf_forward.padded_width`); 1 pads
+        to the longest row only. CPU attention on 512 keys or more blocks them by 512: 512 makes those
+        batch-invariant too, at the cost of the padding.
+
+    Attributes
+    ----------
+    forward_seconds
+        Wall seconds spent in the model's forward passes so far (tokenization and planning excluded;
+        each pass ends by copying its results to the host, so on CUDA the time covers the device's work).
+    forward_tokens
+        Tokens those passes ran: each context group once plus every continuation (a generation: its
+        context and the tokens it generated), as :func:`~flasheval.engine.evaluate.example_tokens` counts.
     """
 
     def __init__(
@@ -105,11 +120,14 @@ class HFBackend:
         max_length: int | None = None,
         share_context: bool = True,
         max_batch_tokens: int | None = None,
+        pad_multiple: int = 16,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_batch_tokens is not None and max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+        if pad_multiple < 1:
+            raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
         self._model = model
         self._tokenizer = tokenizer
         self._fingerprint = fingerprint
@@ -126,9 +144,11 @@ class HFBackend:
         special = [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, 0]
         self._start_id = next(t for t in special if t is not None)
         pad_id = next(t for t in [tokenizer.pad_token_id, tokenizer.eos_token_id, 0] if t is not None)
-        self._pass = pass_settings(model, pad_id=pad_id)
+        self._pass = pass_settings(model, pad_id=pad_id, pad_multiple=pad_multiple)
         self._limits = Limits(max_rows=batch_size, max_tokens=max_batch_tokens or default_token_budget(batch_size),
                               on_cuda=self._pass.device.type == "cuda")
+        self.forward_seconds = 0.0
+        self.forward_tokens = 0
 
     @property
     def fingerprint(self) -> str:
@@ -280,10 +300,17 @@ class HFBackend:
                                     split=Group.halves))
 
     def _forward(self, groups: Sequence[Group]) -> list[Scored]:
-        """One forward batch: a single group in unpadded passes, or the shared-context passes."""
-        if self._unpadded:
-            return forward_unpadded(self._model, groups[0], device=self._pass.device)
-        return forward_shared(self._model, list(groups), self._pass)
+        """One forward batch: a single group in unpadded passes, or the shared-context passes (timed)."""
+        start = time.perf_counter()
+        try:
+            if self._unpadded:
+                scored = forward_unpadded(self._model, groups[0], device=self._pass.device)
+            else:
+                scored = forward_shared(self._model, list(groups), self._pass)
+        finally:  # a pass that ran out of memory still took the time
+            self.forward_seconds += time.perf_counter() - start
+        self.forward_tokens += sum(len(g.context) + sum(len(i.continuation) for i in g.items) for g in groups)
+        return scored
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -302,8 +329,14 @@ class HFBackend:
         batches = generation_batches(requests, encoded, max_rows=self._limits.max_rows, max_tokens=self._limits.max_tokens)
 
         def run(members: Sequence[int]) -> list[tuple[int, GenerationResult]]:
-            return generate_batch(self._model, self._tokenizer, requests, encoded, members,
-                                  device=self._pass.device, pad_id=self._pass.pad_id)
+            start = time.perf_counter()
+            try:
+                pairs = generate_batch(self._model, self._tokenizer, requests, encoded, members,
+                                       device=self._pass.device, pad_id=self._pass.pad_id)
+            finally:
+                self.forward_seconds += time.perf_counter() - start
+            self.forward_tokens += sum(r.n_context_tokens + r.n_generated_tokens for _, r in pairs)
+            return pairs
 
         results: list[GenerationResult | None] = [None] * len(requests)
         for batch in batches:

@@ -15,7 +15,8 @@ from typing import Any
 from flasheval.engine.planning import Group, Item
 from flasheval.errors import BackendError
 
-__all__ = ["Scored", "PassSettings", "pass_settings", "score_logits", "forward_shared", "forward_unpadded"]
+__all__ = ["Scored", "PassSettings", "padded_width", "pass_settings", "score_logits", "forward_shared",
+           "forward_unpadded"]
 
 Scored = tuple[Item, float, bool]
 """One scored item: the item, its summed log-likelihood, whether every token was the argmax."""
@@ -26,28 +27,53 @@ class PassSettings:
     """What the shared-context passes need to know about the model, read once when the backend is built."""
 
     device: Any
-    """The ``torch.device`` the model's parameters are on."""
+    """The ``torch.device`` inputs go to: the model's, or its input embeddings' when a device map spreads it
+    (:func:`~flasheval.engine.device_map.input_device`)."""
     pad_id: int
     """Token id written in padded positions (masked out)."""
     cache_kw: str
     """Name of the forward argument taking the key/value cache (``cache`` in transformers 5.x, else ``past_key_values``)."""
     keep_one: dict[str, int] = field(default_factory=dict)
     """Forward keyword that keeps the logits of one position only (empty when the model has none)."""
+    pad_multiple: int = 16
+    """Padded widths (the context prefixes', the continuations') are rounded up to a multiple of this
+    (:func:`padded_width`), so a row's real tokens sit at the same offsets modulo it whatever its companions."""
 
 
-def pass_settings(model: Any, *, pad_id: int) -> PassSettings:
-    """Read the device and the forward signature of ``model``."""
+def padded_width(n_tokens: int, multiple: int) -> int:
+    """``n_tokens`` rounded up to a multiple of ``multiple``: the width of a padded batch.
+
+    Left padding shifts a row's real tokens by the padding; kernels that reduce over keys in blocks
+    or vector lanes counted from column 0 (CPU attention: 16-wide lanes) then add them up in another
+    order, and reduced precision turns the last-bit difference into a visible one (bf16 SmolLM2: up to
+    0.2 nats per choice). With widths rounded to a multiple, a row's padding is the same modulo it
+    whatever the batch, so its sums do not depend on its companions (``docs/engine.md``, "Numerics").
+
+    Examples
+    --------
+    >>> padded_width(17, 16), padded_width(32, 16), padded_width(0, 16), padded_width(5, 1)
+    (32, 32, 0, 5)
+    """
+    return -(-n_tokens // multiple) * multiple
+
+
+def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = 16) -> PassSettings:
+    """Read the input device and the forward signature of ``model``."""
+    from flasheval.engine.device_map import input_device
+
     # transformers 5.x renamed ``past_key_values`` to ``cache``; support both.
     forward_parameters = inspect.signature(model.forward).parameters
     cache_kw = "cache" if "cache" in forward_parameters else "past_key_values"
     # The context pass needs no logits: keep one position (older releases call it num_logits_to_keep).
     keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward_parameters), None)
-    return PassSettings(device=next(model.parameters()).device, pad_id=pad_id, cache_kw=cache_kw,
-                        keep_one={} if keep is None else {keep: 1})
+    return PassSettings(device=input_device(model), pad_id=pad_id, cache_kw=cache_kw,
+                        keep_one={} if keep is None else {keep: 1}, pad_multiple=pad_multiple)
 
 
 def score_logits(model: Any, logits: Any, targets: Any, target_mask: Any) -> tuple[list[float], list[bool]]:
     """Per row: summed log-probability of ``targets`` where ``target_mask``, and whether each is the argmax.
+
+    Computed in float32 on the device the logits come from (the last layer's, under a device map).
 
     Raises
     ------
@@ -57,6 +83,7 @@ def score_logits(model: Any, logits: Any, targets: Any, target_mask: Any) -> tup
     import torch
 
     logits = logits.float()
+    targets, target_mask = targets.to(logits.device), target_mask.to(logits.device)
     logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     sums = (logprobs.double() * target_mask).sum(dim=1)
     if not bool(torch.isfinite(sums).all()):
@@ -89,7 +116,7 @@ def forward_shared(model: Any, groups: list[Group], settings: PassSettings) -> l
     device = settings.device
     rows = [(g, item) for g, group in enumerate(groups) for item in group.items]
     prefix_lengths = [len(group.context) - 1 for group in groups]
-    n_prefix = max(prefix_lengths)
+    n_prefix = padded_width(max(prefix_lengths), settings.pad_multiple)
     row_group = torch.tensor([g for g, _ in rows], device=device)
     with torch.inference_mode():
         past, prefix_mask = None, None
@@ -129,7 +156,7 @@ def _continuation_pass(
     import torch
 
     device = settings.device
-    n_query = 1 + max(len(item.continuation) for _, item in rows)
+    n_query = padded_width(1 + max(len(item.continuation) for _, item in rows), settings.pad_multiple)
     ids = torch.full((len(rows), n_query), settings.pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), n_query), dtype=torch.long)
     for r, (g, item) in enumerate(rows):

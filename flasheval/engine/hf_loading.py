@@ -2,8 +2,10 @@
 
 Resolves the device and dtype, reads the config and computes the fingerprint the results store
 keys on (:func:`plan_hf_load`: no weights read), then loads the model and tokenizer
-(:func:`load_planned`); :func:`load_hf_backend` does both. torch, transformers and accelerate are
-imported inside the functions only.
+(:func:`load_planned`); :func:`load_hf_backend` does both. With a device map
+(:mod:`~flasheval.engine.device_map`) the model is spread over this replica's GPUs, CPU memory and
+disk by ``from_pretrained`` instead of moved to one device; the fingerprint is the same either way.
+torch, transformers and accelerate are imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flasheval.engine.device_map import DeviceMap
 from flasheval.engine.hf import HFBackend
 from flasheval.errors import BackendError
 
@@ -75,6 +78,9 @@ class HFLoadPlan:
     fingerprint: str
     config: Any
     """The model's ``transformers`` config (read from ``config.json`` or the GGUF's metadata)."""
+    placement: Any = None
+    """With a device map: this replica's :class:`~flasheval.engine.device_map.ReplicaPlacement` (``device`` is
+    then its main device); ``None``: the model loads on ``device``."""
 
 
 def plan_hf_load(
@@ -85,11 +91,13 @@ def plan_hf_load(
     dtype: str = "auto",
     device: str = "auto",
     max_length: int | None = None,
+    device_map: DeviceMap | None = None,
 ) -> HFLoadPlan:
     """Resolve device and dtype, read the config and compute the fingerprint, without loading any weights.
 
     Arguments as for :func:`load_hf_backend`; raises the same one-line :class:`BackendError` s for a
-    missing path, an unreadable config or an unpinned hub model.
+    missing path, an unreadable config or an unpinned hub model (and an ``InputError`` for a device map
+    naming a GPU this replica does not have).
     """
     from flasheval.engine.base import SCORING_VERSION
     from flasheval.engine.fingerprint import hub_commit, model_fingerprint, path_digest
@@ -102,7 +110,17 @@ def plan_hf_load(
             raise BackendError(f"model path {str(weights)!r} does not exist")
         if gguf_file is None and not (path / "config.json").is_file():
             raise BackendError(f"model folder {str(path)!r} has no config.json (for a GGUF file use gguf:FILE)")
-    torch_device = _resolve_device(device)
+    placement = None
+    if device_map is None:
+        torch_device = _resolve_device(device)
+    else:
+        import torch
+
+        from flasheval.engine.device_map import device_map_from, plan_replica
+
+        device_map_from(device_map, device=device)  # a device map with an explicit device is refused
+        placement = plan_replica(device_map)
+        torch_device = torch.device(placement.main_device)
     torch_dtype, dtype_name = _resolve_dtype(dtype, torch_device)
     source = str(path) if is_local else target
     config = _from_pretrained("AutoConfig", source, gguf_file, revision)
@@ -123,7 +141,7 @@ def plan_hf_load(
     )
     return HFLoadPlan(source=source, gguf_file=gguf_file, revision=revision, device=torch_device,
                       torch_dtype=torch_dtype, dtype_name=dtype_name, max_length=resolved_max,
-                      fingerprint=fingerprint, config=config)
+                      fingerprint=fingerprint, config=config, placement=placement)
 
 
 def load_tokenizer(plan: HFLoadPlan) -> Any:
@@ -149,11 +167,18 @@ def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int = 3
     """Load the weights of ``plan`` (and its tokenizer, unless given) into an :class:`HFBackend`."""
     if tokenizer is None:
         tokenizer = load_tokenizer(plan)
+    placed: dict[str, Any] = {}
+    if plan.placement is not None:
+        from flasheval.engine.device_map import load_kwargs
+
+        placed = load_kwargs(plan.placement)
     model = _from_pretrained("AutoModelForCausalLM", plan.source, plan.gguf_file, plan.revision,
-                             config=plan.config, dtype=plan.torch_dtype)
-    model.to(plan.device)
+                             config=plan.config, dtype=plan.torch_dtype, **placed)
+    if plan.placement is None:
+        model.to(plan.device)
     model.eval()
-    logger.info("loaded %s on %s in %s (fingerprint %s)", plan.source, plan.device, plan.dtype_name, plan.fingerprint)
+    where = plan.device if plan.placement is None else _describe_map(getattr(model, "hf_device_map", None), plan)
+    logger.info("loaded %s on %s in %s (fingerprint %s)", plan.source, where, plan.dtype_name, plan.fingerprint)
     return HFBackend(model, tokenizer, fingerprint=plan.fingerprint, batch_size=batch_size, max_length=plan.max_length,
                      share_context=share_context)
 
@@ -168,6 +193,7 @@ def load_hf_backend(
     batch_size: int = 32,
     max_length: int | None = None,
     share_context: bool = True,
+    device_map: DeviceMap | None = None,
 ) -> HFBackend:
     """Load a local HF folder, a local GGUF file or a hub id and wrap it in an :class:`HFBackend`.
 
@@ -183,6 +209,9 @@ def load_hf_backend(
         See :data:`DTYPES`; ``device`` is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
     batch_size, max_length, share_context
         Passed to :class:`HFBackend`.
+    device_map
+        Spread the model over this replica's GPUs, CPU memory and disk
+        (:func:`~flasheval.engine.device_map.device_map_from`); ``device`` must then be ``auto``.
 
     Raises
     ------
@@ -191,7 +220,7 @@ def load_hf_backend(
         cannot be reached.
     """
     plan = plan_hf_load(target, gguf_file=gguf_file, revision=revision, dtype=dtype, device=device,
-                        max_length=max_length)
+                        max_length=max_length, device_map=device_map)
     return load_planned(plan, batch_size=batch_size, share_context=share_context)
 
 
@@ -208,4 +237,18 @@ def _from_pretrained(auto_class: str, source: str, gguf_file: str | None, revisi
     except Exception as exc:  # noqa: BLE001 - any load failure (corrupt file, offline hub) is a user error here
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         where = f"{source}/{gguf_file}" if gguf_file else source
+        if "offload_folder" in str(exc) and "offload_folder" not in extra:
+            reason = ("some layers fit neither the GPUs nor CPU memory and must be written to disk: "
+                      "give --offload-folder DIR")
         raise BackendError(f"cannot load model {where!r}: {type(exc).__name__}: {reason[:300]}") from exc
+
+
+def _describe_map(hf_device_map: dict[str, Any] | None, plan: HFLoadPlan) -> str:
+    """``cuda:0 (12 modules), cuda:1 (13), disk (2)``: where a dispatched model's modules went."""
+    if not hf_device_map:
+        return str(plan.device)
+    counts: dict[str, int] = {}
+    for place in hf_device_map.values():
+        name = f"cuda:{place}" if isinstance(place, int) else str(place)
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{name} ({n}{' modules' if i == 0 else ''})" for i, (name, n) in enumerate(counts.items()))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine.base import Backend
+from flasheval.engine.device_map import DeviceMap
 from flasheval.engine.distributed import cached_runner, launch_state
 from flasheval.engine.in_memory import LoadedModel, in_memory_fingerprint
 from flasheval.engine.specs import ModelSpec, NamedModel
@@ -35,17 +36,23 @@ def open_backend(spec: ModelSpec, **options: Any) -> Backend:
 
 
 def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "auto", batch_size: int = 32,
-               max_length: int | None = None) -> Backend:
+               max_length: int | None = None, device_map: DeviceMap | None = None) -> Backend:
     """The backend of a spec's model or of a model the caller holds (used as it is).
 
     A spec's model is opened without its weights (:class:`~flasheval.engine.deferred.DeferredBackend`:
     its config, tokenizer and fingerprint now; the weights when the first request has to be computed),
     so a rerun the results store answers entirely never loads them. An in-memory model keeps its
     device and dtype: ``dtype`` is checked against the model's own (``auto`` accepts any); its
-    results are keyed by its identity (:mod:`flasheval.engine.in_memory`).
+    results are keyed by its identity (:mod:`flasheval.engine.in_memory`). ``device_map`` spreads a spec's
+    model over this replica's devices (:mod:`flasheval.engine.device_map`); an in-memory model stays
+    where it is (one already dispatched with a device map is scored as it is).
     """
     if isinstance(model, NamedModel):
-        return _deferred(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length)
+        return _deferred(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length,
+                         device_map=device_map)
+    if device_map is not None:
+        raise InputError("an in-memory model runs where it is: load it with device_map= yourself",
+                         field="--device-map")
     if dtype != "auto" and dtype != model.dtype:
         raise InputError(f"the model is in {model.dtype}, not {dtype}: cast it first (e.g. model.to(torch.{dtype}))",
                          field="--dtype")
@@ -57,7 +64,8 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
                      fingerprint=in_memory_fingerprint(model, max_length=length, scoring_version=SCORING_VERSION))
 
 
-def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int, max_length: int | None) -> Backend:
+def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int, max_length: int | None,
+              device_map: DeviceMap | None = None) -> Backend:
     """A ``hf:`` / ``gguf:`` spec opened without its weights (they load on first use)."""
     if spec.kind == "replay":
         raise InputError("replay: models serve recorded scores; use them with placement commands", field="--model")
@@ -66,9 +74,11 @@ def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int, max_
 
     if spec.kind == "gguf":
         path = Path(spec.target).expanduser()
-        plan = plan_hf_load(str(path.parent), gguf_file=path.name, dtype=dtype, device=device, max_length=max_length)
+        plan = plan_hf_load(str(path.parent), gguf_file=path.name, dtype=dtype, device=device, max_length=max_length,
+                            device_map=device_map)
     else:
-        plan = plan_hf_load(spec.target, revision=spec.revision, dtype=dtype, device=device, max_length=max_length)
+        plan = plan_hf_load(spec.target, revision=spec.revision, dtype=dtype, device=device, max_length=max_length,
+                            device_map=device_map)
     return DeferredBackend(plan, batch_size=batch_size)
 
 
@@ -86,8 +96,8 @@ def behind_store(backend: Backend, store_dir: Path, state: Any = None, *,
 
 
 def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str, device: str = "auto",
-                        batch_size: int = 32, max_length: int | None = None,
-                        state: Any = None) -> tuple[CachedBackend, ResultStore, Any]:
+                        batch_size: int = 32, max_length: int | None = None, state: Any = None,
+                        device_map: DeviceMap | None = None) -> tuple[CachedBackend, ResultStore, Any]:
     """Open a model (:func:`open_model`) behind the results store (data-parallel under ``accelerate launch``).
 
     ``state`` is the launch's process state (:func:`~flasheval.engine.distributed.make_state`);
@@ -95,7 +105,8 @@ def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dty
     backend, its store (close it when done) and the loaded backend.
     """
     state = launch_state() if state is None else state
-    backend = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length)
+    backend = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length,
+                         device_map=device_map)
     cached, store = behind_store(backend, store_dir, state)
     return cached, store, backend
 

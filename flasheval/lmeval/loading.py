@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flasheval.engine.device_map import DeviceMap
 from flasheval.engine.distributed import launch_state
 from flasheval.engine.in_memory import LoadedModel
 from flasheval.engine.loading import behind_store, n_parameters, open_model
@@ -45,7 +46,8 @@ class OpenedModel:
 
 def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str = "float32",
                       device: str = "auto", batch_size: int = 32, max_length: int | None = None,
-                      state: Any = None, progress_bar: bool | None = None) -> OpenedModel:
+                      state: Any = None, progress_bar: bool | None = None,
+                      device_map: DeviceMap | None = None) -> OpenedModel:
     """Load ``model`` and wrap it as an lm-eval model behind the results store in ``store_dir``.
 
     ``max_length`` is lm-eval's maximum input length (default: what lm-eval's HF backend reads
@@ -53,7 +55,8 @@ def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype
     ``state`` is the launch's process state; when omitted it is made here under a launch of several
     processes (:func:`~flasheval.engine.distributed.launch_state`). ``progress_bar``: the lm-eval model's
     per-batch bar (:class:`~flasheval.lmeval.model.FlashevalLM`), on the main process only. A spec's
-    weights load on the first request the store cannot answer.
+    weights load on the first request the store cannot answer; ``device_map`` spreads them over this
+    replica's devices (:mod:`flasheval.engine.device_map`).
     """
     state = launch_state() if state is None else state
     if max_length is not None:
@@ -62,7 +65,8 @@ def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype
         length = lmeval_max_length(model.model.config.to_dict(), getattr(model.tokenizer, "model_max_length", None))
     else:
         length = resolve_lmeval_max_length(model.spec)
-    hf = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=length + 1)
+    hf = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=length + 1,
+                    device_map=device_map)
     cached, store = behind_store(LmEvalConventionBackend(hf, max_length=length), store_dir, state)
     is_main = state is None or state.is_main_process
     lm = FlashevalLM(cached, tokenizer=hf.tokenizer,  # type: ignore[attr-defined]

@@ -27,7 +27,7 @@ from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.bootstrap import RankDistribution, rank_distribution
 from flasheval.stats.sampling import example_order
 
-__all__ = ["place", "stage_rank"]
+__all__ = ["place", "plan_looks", "stage_rank"]
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +126,19 @@ def _score_new(scorer: ExampleScorer, names: tuple[str, ...], orders: list[tuple
             g.add(got.scores.astype(np.float64), got.n_tokens)
 
 
+def plan_looks(reference: ReferenceLeaderboard, plan: TierPlan, *, budget: Budget | None = None,
+               aggregate: str | None = None) -> LookPlan:
+    """The looks :func:`place` takes on ``reference`` with ``plan`` under ``budget`` (its ``looks=`` argument).
+
+    They depend neither on the seed nor on the model, so a caller may fix them first (and time them: with
+    ``correction: calibrated`` this is the calibration of the look constant).
+    """
+    plan = plan.for_pool(reference.n_models + 1)
+    if for_budget(plan, budget or Budget()) is not plan:
+        logger.info("a budget cap may end the run before the rule stops it: the looks use Pocock's constant")
+    return look_plan(reference, for_budget(plan, budget or Budget()), aggregate)
+
+
 def place(
     reference: ReferenceLeaderboard,
     scorer: ExampleScorer,
@@ -172,9 +185,7 @@ def place(
     records: list[StageRecord] = []
     status, reason = "unresolved at budget", ""
     if looks is None:
-        if for_budget(plan, budget) is not plan:
-            logger.info("a budget cap may end the run before the rule stops it: the looks use Pocock's constant")
-        looks = look_plan(reference, for_budget(plan, budget), aggregate)
+        looks = plan_looks(reference, plan, budget=budget, aggregate=aggregate)
     for look, (k, targets, level) in enumerate(zip(looks.stages, looks.targets, looks.levels)):
         stage_size = plan.stages[k]
         over = budget.exceeded_by(**dict(zip(("examples", "tokens", "flops"), _project(gathered, list(targets), n_parameters))))

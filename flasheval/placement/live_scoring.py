@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from flasheval.engine.device_map import DeviceMap, device_map_from
 from flasheval.engine.devices import check_device
 from flasheval.engine.in_memory import LoadedModel
 from flasheval.engine.loading import n_parameters, open_cached_backend
@@ -74,6 +75,9 @@ class LiveOptions:
     device: str | None = None
     """``auto`` (default), ``cpu``, ``cuda``, ``cuda:N``; not for in-memory models (they stay where they are)."""
     batch_size: int = 32
+    device_map: DeviceMap | None = None
+    """Spread a spec's model over this replica's GPUs, CPU memory and disk (:mod:`flasheval.engine.device_map`);
+    not for in-memory models."""
 
     def __post_init__(self) -> None:
         check_count(self.batch_size, field="--batch-size")
@@ -83,12 +87,19 @@ class LiveOptions:
         if self.num_fewshot is not None and (not isinstance(self.num_fewshot, int) or self.num_fewshot < 0):
             raise InputError(f"must be an integer >= 0, got {self.num_fewshot!r}", field="--num-fewshot")
         check_device(self.device)
+        if self.device_map is not None:
+            if not isinstance(self.device_map, DeviceMap):
+                raise InputError("expected a DeviceMap (see device_map_from)", field="--device-map")
+            device_map_from(self.device_map, device=self.device)  # no explicit device beside it
 
     def check_model(self, model: LiveModel) -> None:
         """Refuse options that do not apply to ``model`` (before anything loads)."""
         if isinstance(model, LoadedModel) and self.device is not None:
             raise InputError("an in-memory model is scored on the device it is on; move it there instead",
                              field="--device")
+        if isinstance(model, LoadedModel) and self.device_map is not None:
+            raise InputError("an in-memory model runs where it is: load it with device_map= yourself",
+                             field="--device-map")
 
 
 class OpenedScorer:
@@ -129,6 +140,16 @@ class OpenedScorer:
     def is_loaded(self) -> bool:
         """Whether the model's weights are in memory (a model held in memory always is)."""
         return bool(getattr(self.backend, "is_loaded", True))
+
+    @property
+    def forward_seconds(self) -> float:
+        """Seconds the model spent in its forward passes since it was opened (0.0 when nothing was computed)."""
+        return float(getattr(self.backend, "forward_seconds", 0.0))
+
+    @property
+    def forward_tokens(self) -> int:
+        """Tokens those forward passes ran."""
+        return int(getattr(self.backend, "forward_tokens", 0))
 
     @property
     def n_parameters(self) -> int | None:
@@ -201,7 +222,8 @@ class TaskFileScoring:
         _check_dtype(model, self.dtype, self.reference.name)
         start = time.perf_counter()
         cached, store, backend = open_cached_backend(model, store_dir, dtype=self.dtype, device=options.device or "auto",
-                                                     batch_size=options.batch_size, state=state)
+                                                     batch_size=options.batch_size, state=state,
+                                                     device_map=options.device_map)
         scorer = LiveScorer(cached, self.live.tasks, seed=self.seed, prefix_space=self.live.settings.prefix_space,
                             n_parameters=n_params if n_params is not None else n_parameters(backend))
         return OpenedScorer(scorer, fingerprint=cached.fingerprint, load_seconds=time.perf_counter() - start,
@@ -238,7 +260,8 @@ class LmEvalScoring:
         _check_dtype(model, self.dtype, self.reference.name)
         start = time.perf_counter()
         opened = open_lmeval_model(model, store_dir, dtype=self.dtype, device=options.device or "auto",
-                                   batch_size=options.batch_size, state=state, progress_bar=False)  # stage lines
+                                   batch_size=options.batch_size, state=state, progress_bar=False,  # stage lines
+                                   device_map=options.device_map)
         scorer = LmEvalScorer(opened.lm, self.lmeval.settings, include_path=self.lmeval.include_path,
                               n_parameters=n_params if n_params is not None else opened.n_parameters)
         return OpenedScorer(scorer, fingerprint=opened.cached.fingerprint, load_seconds=time.perf_counter() - start,

@@ -2,7 +2,8 @@
 
 Frozen value types and nothing else (validation, a stage's log line, savings derived from the
 compute spent); :func:`flasheval.placement.controller.place` fills them, the stop rule
-(:mod:`flasheval.placement.stop_rule`) returns a :class:`Decision`.
+(:mod:`flasheval.placement.stop_rule`) returns a :class:`Decision`, :func:`flasheval.place` measures a
+live placement's :class:`Timing`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from flasheval.errors import InputError
 
-__all__ = ["Budget", "Decision", "StageRecord", "Compute", "PlacementResult", "STATUSES"]
+__all__ = ["Budget", "Decision", "StageRecord", "Compute", "Timing", "PlacementResult", "STATUSES"]
 
 STATUSES: tuple[str, ...] = ("resolved", "unresolved at budget")
 
@@ -124,6 +125,82 @@ class Compute:
     def token_saving(self) -> float | None:
         """Full-run tokens divided by the tokens spent (``None`` unless the scorer reports tokens)."""
         return self.full_tokens / self.n_tokens if self.n_tokens and self.full_tokens else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timing:
+    """Where a live placement's wall time went, and what a full run would take at the throughput it measured.
+
+    The projection is in tokens, not examples: examples of different datasets differ in length, and a
+    placement's sample (the same number per dataset) mixes the datasets otherwise than a full run does,
+    while the model's cost per token hardly depends on the dataset. It counts the model's forward passes
+    and its load; a full run's own work outside the model (prompts, store, records) is left out.
+
+    Examples
+    --------
+    >>> t = Timing(wall_seconds=60.0, load_seconds=40.0, scoring_seconds=18.0, scored_tokens=1800,
+    ...            looks_seconds=0.5, full_tokens=9000.0)
+    >>> t.outside_model_seconds, t.tokens_per_second, t.full_scoring_seconds, t.full_wall_seconds, t.time_saving
+    (2.0, 100.0, 90.0, 130.0, 2.1666666666666665)
+    """
+
+    wall_seconds: float
+    """The whole placement: the reference's checks, opening the model, every stage (record writing excluded)."""
+    load_seconds: float
+    """Opening the model (config, tokenizer, fingerprint) and loading its weights."""
+    scoring_seconds: float
+    """Seconds in the model's forward passes (the backend's ``forward_seconds``)."""
+    scored_tokens: int
+    """Tokens those passes ran (0 when the results store answered every request)."""
+    looks_seconds: float
+    """Fixing the looks before the first stage (with ``correction: calibrated``: calibrating the constant);
+    part of :attr:`outside_model_seconds`."""
+    full_tokens: float | None
+    """Tokens of a full run (:attr:`Compute.full_tokens`)."""
+
+    def __post_init__(self) -> None:
+        for name in ("wall_seconds", "load_seconds", "scoring_seconds", "looks_seconds"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.scored_tokens < 0:
+            raise ValueError(f"scored_tokens must be >= 0, got {self.scored_tokens}")
+
+    @property
+    def outside_model_seconds(self) -> float:
+        """Wall seconds neither in the model's forward passes nor in its load (prompts, tokenization,
+        store, bootstrap, looks)."""
+        return max(0.0, self.wall_seconds - self.load_seconds - self.scoring_seconds)
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Tokens per second of forward passes (``None`` when nothing ran)."""
+        return self.scored_tokens / self.scoring_seconds if self.scored_tokens and self.scoring_seconds > 0 else None
+
+    @property
+    def full_scoring_seconds(self) -> float | None:
+        """Seconds a full run's forward passes would take: :attr:`full_tokens` at :attr:`tokens_per_second`."""
+        rate = self.tokens_per_second
+        return None if rate is None or self.full_tokens is None else self.full_tokens / rate
+
+    @property
+    def full_wall_seconds(self) -> float | None:
+        """A full run: the same load plus :attr:`full_scoring_seconds`."""
+        scoring = self.full_scoring_seconds
+        return None if scoring is None else self.load_seconds + scoring
+
+    @property
+    def time_saving(self) -> float | None:
+        """:attr:`full_wall_seconds` divided by the placement's :attr:`wall_seconds`."""
+        full = self.full_wall_seconds
+        return None if full is None or self.wall_seconds <= 0 else full / self.wall_seconds
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's ``timing`` entry: the measured fields and the derived ones."""
+        names = ("wall_seconds", "load_seconds", "scoring_seconds", "scored_tokens", "looks_seconds", "full_tokens",
+                 "outside_model_seconds", "tokens_per_second", "full_scoring_seconds", "full_wall_seconds",
+                 "time_saving")
+        return {name: getattr(self, name) for name in names}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,7 +22,7 @@ from flasheval.records import RunRecord
 from flasheval.report import figures
 from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table
 
-__all__ = ["KNOWN_KINDS", "evaluate_summary_blocks", "record_blocks"]
+__all__ = ["KNOWN_KINDS", "evaluate_summary_blocks", "dtype_comparison_blocks", "record_blocks"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ def _place(p: Mapping[str, Any], stem: str) -> list[Block]:
               rows=((_fmt(p["rank"]), _fmt(p["interval"]), f"{p['tier']} ({res})", str(c["n_examples"]),
                      str(c["full_examples"]), _saving(c.get("example_saving", c.get("saving"))),
                      _saving(c.get("token_saving"))),)),
+        *_place_timing(p.get("timing")),
         Heading(text="Stages", level=3),
         Table(header=("stage", "per dataset", "examples", "rank", "interval", "level", "decision", "reason"),
               rows=tuple((str(s["stage"] + 1), _fmt(s["stage_size"] or "all"), str(sum(s["n_examples"])), str(s["rank"]),
@@ -89,6 +90,20 @@ def _place(p: Mapping[str, Any], stem: str) -> list[Block]:
             caption="The reference leaderboard (full-data aggregate) with the placed model inserted at its rank; "
                     "the shaded band is its rank interval."))
     return out
+
+
+def _place_timing(t: Mapping[str, Any] | None) -> list[Block]:
+    """A live placement's time (the record's ``timing``), and a full run's at the throughput it measured."""
+    if not t:
+        return []
+    text = (f"Time {t['wall_seconds']:.1f} s: opening and loading the model {t['load_seconds']:.1f} s, forward passes "
+            f"{t['scoring_seconds']:.1f} s, outside the model {t['outside_model_seconds']:.1f} s (of it fixing the looks "
+            f"{t['looks_seconds']:.1f} s).")
+    if t.get("full_wall_seconds") is not None:
+        text += (f" A full run of these datasets: ~{t['full_wall_seconds']:.0f} s (loading {t['load_seconds']:.0f} s + "
+                 f"{t['full_tokens']:,.0f} tokens at the measured {t['tokens_per_second']:.0f} tokens/s), "
+                 f"{t['time_saving']:.1f}x the placement's time.")
+    return [Paragraph(text=text)]
 
 
 def _seed_summary(runs: list[Mapping[str, Any]]) -> list[Block]:
@@ -208,6 +223,26 @@ def _suite_status(s: Mapping[str, Any]) -> str:
             + ("" if not others else f"; not selected: {', '.join(others) if len(others) <= 3 else len(others)}"))
 
 
+def _nats(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def dtype_comparison_blocks(c: Mapping[str, Any]) -> list[Block]:
+    """The ``dtype_comparison`` block of an ``evaluate`` record: per task, flips and log-likelihood differences."""
+    run, other = c["dtype"], c["compare_dtype"]
+    rows = tuple((name, str(t["n_examples"]), f"{t['accuracy']:.4f}", f"{t['compare_accuracy']:.4f}",
+                  str(t["n_prediction_changed"]), str(t["n_correct_to_wrong"]), str(t["n_wrong_to_correct"]),
+                  _nats(t["max_abs_delta_logprob"]), _nats(t["median_abs_delta_logprob"]))
+                 for name, t in c["tasks"].items())
+    header = ("task", "examples", f"accuracy {run}", f"accuracy {other}", "predictions changed",
+              f"correct in {other} -> wrong", f"wrong in {other} -> correct", "max |dLL|", "median |dLL|")
+    stored = c["n_requests_from_store"]
+    return [Table(header=header, rows=rows), Paragraph(text=(
+        f"Weights in {run} against {other} on the same examples (|dLL|: per choice, nats); the {other} run "
+        f"computed {c['n_requests_computed']} requests in {c['scoring_seconds']:.1f} s"
+        + (f", {stored} served from the store" if stored else "") + "."))]
+
+
 def evaluate_summary_blocks(p: Mapping[str, Any]) -> list[Block]:
     """Per-task accuracies, suite aggregates (partial ones labelled), validation losses and compute of an ``evaluate`` record."""
     out: list[Block] = []
@@ -230,6 +265,9 @@ def evaluate_summary_blocks(p: Mapping[str, Any]) -> list[Block]:
                          rows=tuple((name, str(v["n_documents"]), str(v["n_tokens"]), str(v["n_bytes"]),
                                      f"{v['mean_nll']:.4f}", f"{v['bits_per_byte']:.4f}")
                                     for name, v in validation.items())))
+    comparison = p.get("dtype_comparison")
+    if comparison:
+        out.extend(dtype_comparison_blocks(comparison))
     c = p.get("compute")
     if c:
         out.append(Paragraph(text=(

@@ -148,3 +148,19 @@ def test_multi_seed_backtest_record_shows_every_seed_its_mean_and_min(tmp_path):
     assert "| adaptive | within resolution | 100.0% | 50.0% | 75.0% | 50.0% |" in md  # seeds 0, 1, mean, min
     assert "| adaptive | median saving | 6.0x | 3.0x | 4.5x | 3.0x |" in md
     assert md.count("Leave-one-out backtest on toy (plan default, seed") == 2  # one section per seed
+
+
+def test_a_live_place_record_shows_its_time_and_a_full_runs_projected_time(tmp_path):
+    from flasheval.placement.results import Timing
+
+    payload = _place_payload(load_reference("helm_lite"))
+    payload["reference"] = "no_such_reference"  # no leaderboard figure: the text is what is checked
+    payload["timing"] = Timing(wall_seconds=60.5, load_seconds=44.4, scoring_seconds=15.2, scored_tokens=1300,
+                               looks_seconds=0.2, full_tokens=6500.0).to_json()
+    write_record(tmp_path / "place.json", kind="place", payload=payload)
+    md = render_report(tmp_path).markdown.read_text()
+    assert ("Time 60.5 s: opening and loading the model 44.4 s, forward passes 15.2 s, outside the model 0.9 s "
+            "(of it fixing the looks 0.2 s).") in md
+    # 6,500 tokens at 1300 / 15.2 = 85.5 tokens/s: 76.0 s of forward passes, + 44.4 s of loading = 120 s
+    assert ("A full run of these datasets: ~120 s (loading 44 s + 6,500 tokens at the measured 86 tokens/s), "
+            "2.0x the placement's time.") in md

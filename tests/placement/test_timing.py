@@ -1,0 +1,111 @@
+"""A live placement's timing: wall, load, forward-pass and outside-the-model seconds, and a full run's projected time.
+
+The record's ``timing`` entry is checked against figures recomputed here from the record's other
+entries: the tokens per example the placement saw (``live.examples``) give the full run's tokens, the
+tokens the placement ran over the forward-pass seconds give the rate. Tiny seeded Llamas
+(``tests/_tiny_models.py``) on two small task subsets: meaningless scores, real paths.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import flasheval
+from flasheval.cli.place import format_timing
+from flasheval.placement.results import Timing
+from flasheval.records import read_record
+from tests._tiny_models import save_tiny_models
+
+PLAN = """name: two-looks
+description: 4 -> all (test plan)
+stop_rule: interval
+confidence_level: 0.95
+correction: none
+estimator: control-variate
+n_resamples: 100
+stages: [4, all]
+tiers:
+  - {ranks: [1, null], resolution: maximal}
+"""
+
+SIZES = {"copa": 10, "winograd": 10}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, task_dir):
+    root = tmp_path_factory.mktemp("timing")
+    models = save_tiny_models(root / "models")
+    (root / "plan.yaml").write_text(PLAN, encoding="utf-8")
+    flasheval.build_reference([f"m0=hf:{models['m0']}", f"m1=hf:{models['m1']}"], name="tiny", suite="dclm-core",
+                              tasks=",".join(SIZES), task_dir=task_dir, n_examples=10, seed=7, device="cpu",
+                              output_root=root / "refs", work_dir=root / "work")
+    return {"root": root, "models": models, "ref": root / "refs" / "tiny", "plan": root / "plan.yaml"}
+
+
+def _place(world, output):
+    return flasheval.place(f"m2=hf:{world['models']['m2']}", world["ref"], plan=world["plan"], device="cpu",
+                           output=output)
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    # (wall, load, scoring, tokens, full tokens) -> (outside, rate, full scoring, full wall, saving)
+    ((60.0, 40.0, 18.0, 1800, 9000.0), (2.0, 100.0, 90.0, 130.0, 130.0 / 60.0)),
+    ((10.0, 0.0, 5.0, 50, 500.0), (5.0, 10.0, 50.0, 50.0, 5.0)),
+    ((3.0, 1.0, 0.0, 0, 500.0), (2.0, None, None, None, None)),  # every request from the store: no rate
+    ((30.0, 10.0, 10.0, 100, None), (10.0, 10.0, None, None, None)),  # a scorer without token counts
+])
+def test_timing_derives_the_outside_time_the_rate_and_the_full_run(fields, expected):
+    wall, load, scoring, tokens, full = fields
+    t = Timing(wall_seconds=wall, load_seconds=load, scoring_seconds=scoring, scored_tokens=tokens,
+               looks_seconds=0.0, full_tokens=full)
+    got = (t.outside_model_seconds, t.tokens_per_second, t.full_scoring_seconds, t.full_wall_seconds, t.time_saving)
+    assert got == pytest.approx(expected)
+    assert t.to_json()["time_saving"] == got[-1]
+
+
+def test_timing_refuses_negative_or_non_finite_seconds():
+    for bad in ({"wall_seconds": -1.0}, {"scoring_seconds": math.nan}, {"scored_tokens": -3}):
+        fields = {"wall_seconds": 1.0, "load_seconds": 0.0, "scoring_seconds": 0.0, "scored_tokens": 0,
+                  "looks_seconds": 0.0, "full_tokens": None, **bad}
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Timing(**fields)
+
+
+def test_the_record_times_the_placement_and_projects_a_full_run_at_the_measured_rate(world, tmp_path):
+    run = _place(world, tmp_path / "place")
+    payload = read_record(run.record_path).payload
+    t, c, live = payload["timing"], payload["compute"], payload["live"]
+    assert t == run.timing.to_json()
+    # the parts: every forward pass ran inside the placement's wall time, after the model opened
+    assert t["scoring_seconds"] > 0 and t["load_seconds"] > 0
+    assert t["wall_seconds"] >= t["load_seconds"] + t["scoring_seconds"] + t["looks_seconds"]
+    assert t["wall_seconds"] >= live["seconds"]
+    assert t["outside_model_seconds"] == pytest.approx(t["wall_seconds"] - t["load_seconds"] - t["scoring_seconds"])
+    # a fresh store, and no two of these examples share a context (Winograd twins would: the engine runs a shared
+    # context once, the scorer counts it per example): the forward passes ran exactly the tokens counted
+    per_task: dict[str, list[int]] = {}
+    for e in live["examples"]:
+        per_task.setdefault(e["task_name"], []).append(e["n_tokens"])
+    assert t["scored_tokens"] == c["n_tokens"] == sum(map(sum, per_task.values()))
+    # the projection, recomputed: full tokens per dataset from the tokens per example seen, at tokens / seconds
+    full_tokens = sum(sum(tokens) / len(tokens) * SIZES[name] for name, tokens in per_task.items())
+    rate = sum(map(sum, per_task.values())) / t["scoring_seconds"]
+    assert t["full_tokens"] == pytest.approx(full_tokens) and t["tokens_per_second"] == pytest.approx(rate)
+    assert t["full_scoring_seconds"] == pytest.approx(full_tokens / rate) and t["full_scoring_seconds"] > 0
+    assert t["full_wall_seconds"] == pytest.approx(t["load_seconds"] + full_tokens / rate)
+    assert t["time_saving"] == pytest.approx(t["full_wall_seconds"] / t["wall_seconds"])
+    line = format_timing(run)
+    assert line.startswith(f"time {t['wall_seconds']:.0f} s (opening and loading the model ")
+    assert f"a full run of these datasets ~{t['full_wall_seconds']:.0f} s" in line
+    assert f"at the measured {rate:.0f} tokens/s): ~{t['time_saving']:.1f}x" in line
+
+
+def test_a_rerun_from_the_store_runs_no_tokens_and_projects_nothing(world, tmp_path):
+    _place(world, tmp_path / "place")
+    again = _place(world, tmp_path / "place")
+    t = again.timing
+    assert t.scored_tokens == 0 and t.scoring_seconds == 0.0 and t.full_wall_seconds is None
+    assert t.full_tokens == again.placement.compute.full_tokens  # the saving in tokens is still known
+    assert format_timing(again) == f"time {t.wall_seconds:.0f} s (model not loaded: every request was in the store)"
