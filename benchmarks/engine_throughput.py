@@ -182,8 +182,8 @@ def lmeval_around(backend: Any, batch_size: int) -> Any:
 
 def task_runs(backend: Any, n_examples: int, seed: int) -> list[TaskRun]:
     """The requests of each task, with the tokens each engine runs for them (flasheval's tokenization)."""
-    from flasheval.engine.evaluate import example_tokens
-    from flasheval.engine.selection import select_examples, task_requests
+    from flasheval.evaluation.evaluate import example_tokens
+    from flasheval.evaluation.selection import select_examples, task_requests
 
     runs = []
     for selection in select_examples(TASKS, task_dir(), n_examples=n_examples, seed=seed):

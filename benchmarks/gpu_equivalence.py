@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from flasheval.engine.selection import select_examples, task_requests
+from flasheval.evaluation.selection import select_examples, task_requests
 from flasheval.engine.hf import HFBackend
 from flasheval.engine.hf_loading import load_hf_backend
 

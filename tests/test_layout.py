@@ -22,7 +22,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("foundation",),  # errors, types, hashing, records, version, data_paths
     ("stats",),       # numpy/scipy only
     ("tasks",),       # formats, prompts, suites, scoring of an example
-    ("engine",),      # backends, store, journal, data parallelism, evaluate
+    ("engine",),      # backends, store, journal, data parallelism
+    ("evaluation",),  # example selection, scoring through a backend, records, summaries, dtype comparison
     ("lmeval",),      # the lm-evaluation-harness bridge: lm-eval's conventions on the engine, lm-eval tasks
     ("reference",),   # the reference data model, import, live build
     ("placement",),   # scorers, tiers, controller, sweep, backtest, simulation, DIoR

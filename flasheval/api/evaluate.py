@@ -23,16 +23,16 @@ from flasheval.api.progress import ProgressCallback, Reporter, watch_load
 from flasheval.engine.device_map import device_map_from
 from flasheval.engine.devices import check_device
 from flasheval.engine.distributed import make_state, shutdown
-from flasheval.engine.dtype_comparison import (check_compare_dtype, check_resolved_dtype, comparison_block,
+from flasheval.evaluation.dtype_comparison import (check_compare_dtype, check_resolved_dtype, comparison_block,
                                                score_in_dtype)
-from flasheval.engine.evaluate import computed_work, evaluation_requests, evaluation_results, score_through_store
-from flasheval.engine.example_records import EXAMPLE_FORMATS, ExampleRecord, write_example_records
-from flasheval.engine.heldout import load_heldout
+from flasheval.evaluation.evaluate import computed_work, evaluation_requests, evaluation_results, score_through_store
+from flasheval.evaluation.example_records import EXAMPLE_FORMATS, ExampleRecord, write_example_records
+from flasheval.evaluation.heldout import load_heldout
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.engine.loading import n_parameters, open_model
 from flasheval.engine.specs import NamedModel, check_model_files
-from flasheval.engine.selection import TaskPlan, plan_tasks, select_examples, task_requests
-from flasheval.engine.summary import evaluation_summary, suite_summaries
+from flasheval.evaluation.selection import TaskPlan, plan_tasks, select_examples, task_requests
+from flasheval.evaluation.summary import evaluation_summary, suite_summaries
 from flasheval.engine.throughput import throughput
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import check_count, check_seed
@@ -144,7 +144,7 @@ def evaluate(
         After scoring, score the task examples again with the weights in this dtype (``float32``, ``bfloat16``,
         ``float16``; under its own fingerprint in the same store, so a rerun is cached) and add a
         ``dtype_comparison`` block: per task, predictions that flip and the largest / median per-choice
-        |delta log-likelihood| (:mod:`flasheval.engine.dtype_comparison`). ``hf:`` / ``gguf:`` models only, in
+        |delta log-likelihood| (:mod:`flasheval.evaluation.dtype_comparison`). ``hf:`` / ``gguf:`` models only, in
         another dtype than the run's.
 
     A spec's weights load only when a request is missing from the store: a rerun the store answers

@@ -24,7 +24,7 @@ from flasheval.cli._options import (
     progress_bar_from,
     step_printer,
 )
-from flasheval.engine.example_records import EXAMPLE_FORMATS
+from flasheval.evaluation.example_records import EXAMPLE_FORMATS
 from flasheval.report.markdown import render_text
 from flasheval.report.sections import evaluate_summary_blocks
 from flasheval.tasks import suite_names

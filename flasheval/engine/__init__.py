@@ -20,11 +20,6 @@ One job per module:
 * :mod:`~flasheval.engine.journal`     — the durable append-only journal both stores write;
 * :mod:`~flasheval.engine.distributed` — data parallelism under ``accelerate launch``;
 * :mod:`~flasheval.engine.progress_bar` — the per-batch bar (stderr, main process, terminals only);
-* :mod:`~flasheval.engine.selection`   — an ``evaluate`` run's task plan and each task's selected examples;
-* :mod:`~flasheval.engine.heldout`     — held-out text files and their requests, for validation loss;
-* :mod:`~flasheval.engine.evaluate`    — task examples -> requests -> backend -> per-example scores;
-* :mod:`~flasheval.engine.example_records` — ``evaluate``'s per-example records and their file;
-* :mod:`~flasheval.engine.summary`     — ``evaluate``'s per-task, suite, validation and compute summary.
 
 Importing this package does NOT import torch, transformers or accelerate.
 """

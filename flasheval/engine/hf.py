@@ -107,7 +107,7 @@ class HFBackend:
         each pass ends by copying its results to the host, so on CUDA the time covers the device's work).
     forward_tokens
         Tokens those passes ran: each context group once plus every continuation (a generation: its
-        context and the tokens it generated), as :func:`~flasheval.engine.evaluate.example_tokens` counts.
+        context and the tokens it generated), as :func:`~flasheval.evaluation.evaluate.example_tokens` counts.
     """
 
     def __init__(

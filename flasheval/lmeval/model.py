@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flasheval.engine.base import Backend
-from flasheval.engine.evaluate import example_tokens
+from flasheval.evaluation.evaluate import example_tokens
 from flasheval.engine.progress_bar import progress_bar
 from flasheval.errors import InputError
 from flasheval.lmeval._install import require_lm_eval
@@ -76,7 +76,7 @@ class FlashevalLM:
         self.cache_hook = CacheHook(None)
         self.n_requests = 0
         self.doc_tokens: dict[tuple[str, str], int] = {}
-        """Tokens the model ran per ``(task_name, doc_id)`` (:func:`~flasheval.engine.evaluate.example_tokens`)."""
+        """Tokens the model ran per ``(task_name, doc_id)`` (:func:`~flasheval.evaluation.evaluate.example_tokens`)."""
 
     # lm-eval reads these; every process of a launch looks like the only one to lm-eval.
     rank = 0

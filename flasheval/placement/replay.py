@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from flasheval.engine.example_records import ExampleRecord
+from flasheval.evaluation.example_records import ExampleRecord
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.placement.scorers import ScoredExamples
 from flasheval.reference.leaderboard import ReferenceLeaderboard, load_reference, resolve_reference

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from flasheval.engine.base import Backend
-from flasheval.engine.evaluate import ExampleOutcome, score_examples
+from flasheval.evaluation.evaluate import ExampleOutcome, score_examples
 from flasheval.errors import InputError
 from flasheval.tasks import LiveTask
 

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from flasheval.engine.device_map import DeviceMap
-from flasheval.engine.evaluate import ExampleOutcome, score_examples
+from flasheval.evaluation.evaluate import ExampleOutcome, score_examples
 from flasheval.engine.loading import n_parameters, open_cached_backend
 from flasheval.engine.specs import NamedModel, check_model_files
 from flasheval.engine.store import CachedBackend

@@ -122,7 +122,7 @@ def test_untested_family_falls_back_to_exact_unpadded_scoring(tokenizer, caplog)
 @pytest.mark.slow
 def test_real_gemma3_long_prompts_equal_unpadded_passes(gemma3_backend, task_dir):
     """Gemma-3-270M (window 512), two HellaSwag 10-shot prompts of more than 512 tokens, one shared-context call."""
-    from flasheval.engine.selection import select_examples, task_requests
+    from flasheval.evaluation.selection import select_examples, task_requests
 
     model, tokenizer = gemma3_backend._model, gemma3_backend._tokenizer
     assert model.config.sliding_window == 512 and "full_attention" in model.config.layer_types

@@ -3,12 +3,12 @@ task -> request -> backend -> score meets.
 
 Two callers, one mechanism (:func:`score_requests`, then :func:`flasheval.tasks.score_example`):
 
-* ``flasheval evaluate``: the selected examples of each task (:mod:`flasheval.engine.selection`)
-  and any held-out text files (:mod:`flasheval.engine.heldout`), answered in one request list
+* ``flasheval evaluate``: the selected examples of each task (:mod:`flasheval.evaluation.selection`)
+  and any held-out text files (:mod:`flasheval.evaluation.heldout`), answered in one request list
   (:func:`evaluation_requests`, through the results store with :func:`score_through_store`) and
-  turned back into per-example records (:mod:`flasheval.engine.example_records`), per-task
+  turned back into per-example records (:mod:`flasheval.evaluation.example_records`), per-task
   accuracies with standard errors and validation losses (:func:`evaluation_results`, an
-  :class:`~flasheval.engine.summary.Evaluation`);
+  :class:`~flasheval.evaluation.summary.Evaluation`);
 * live scoring for ``reference build``, ``place`` and ``sweep``: :func:`score_examples` builds,
   runs and scores chosen examples of a :class:`~flasheval.tasks.LiveTask` and counts the tokens
   the model ran for each (:class:`ExampleOutcome`).
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine.base import Backend, OnResults
-from flasheval.engine.example_records import ExampleRecord, example_records
-from flasheval.engine.heldout import HeldoutFile
-from flasheval.engine.selection import TaskSelection
-from flasheval.engine.summary import Evaluation, TaskSummary
+from flasheval.evaluation.example_records import ExampleRecord, example_records
+from flasheval.evaluation.heldout import HeldoutFile
+from flasheval.evaluation.selection import TaskSelection
+from flasheval.evaluation.summary import Evaluation, TaskSummary
 from flasheval.tasks import (
     LiveTask,
     build_example_requests,

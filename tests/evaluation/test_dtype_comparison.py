@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flasheval.engine.dtype_comparison import check_compare_dtype, compare_records
-from flasheval.engine.example_records import ExampleRecord
+from flasheval.evaluation.dtype_comparison import check_compare_dtype, compare_records
+from flasheval.evaluation.example_records import ExampleRecord
 from flasheval.errors import InputError
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flasheval.engine.selection import TaskSelection
+from flasheval.evaluation.selection import TaskSelection
 from flasheval.records import atomic_write_text
 from flasheval.tasks import ExampleScore, score_example
 from flasheval.types import GenerationResult, LoglikelihoodResult, Request, Result

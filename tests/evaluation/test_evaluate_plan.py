@@ -1,5 +1,5 @@
-"""``flasheval.engine.selection``'s run planning on the real task files: which tasks a suite run
-scores, which it cannot (no data); and ``flasheval.engine.heldout``'s held-out file names."""
+"""``flasheval.evaluation.selection``'s run planning on the real task files: which tasks a suite run
+scores, which it cannot (no data); and ``flasheval.evaluation.heldout``'s held-out file names."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flasheval.engine.heldout import load_heldout
-from flasheval.engine.selection import plan_tasks
+from flasheval.evaluation.heldout import load_heldout
+from flasheval.evaluation.selection import plan_tasks
 from flasheval.errors import InputError
 
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flasheval.engine.example_records import ExampleRecord
-from flasheval.engine.heldout import HeldoutFile
-from flasheval.engine.selection import TaskPlan
+from flasheval.evaluation.example_records import ExampleRecord
+from flasheval.evaluation.heldout import HeldoutFile
+from flasheval.evaluation.selection import TaskPlan
 from flasheval.tasks import Suite, SuiteAggregate, ValidationLoss, suite_aggregate
 
 __all__ = [
@@ -38,7 +38,7 @@ class TaskSummary:
     """Categories seen (tasks with categories), else ``None``."""
     n_tokens: int
     """Tokens the model ran for these examples, counted as placement counts them
-    (:func:`flasheval.engine.evaluate.example_tokens`)."""
+    (:func:`flasheval.evaluation.evaluate.example_tokens`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

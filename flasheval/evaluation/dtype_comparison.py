@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flasheval.engine.example_records import ExampleRecord
+from flasheval.evaluation.example_records import ExampleRecord
 from flasheval.errors import InputError
 
 __all__ = ["COMPARE_DTYPES", "check_compare_dtype", "check_resolved_dtype", "DtypeRun", "score_in_dtype",
@@ -104,7 +104,7 @@ def score_in_dtype(model: Any, compare_dtype: str, *, selections: Sequence[Any],
     dtype (device, batch size, maximum length, device map), so only the dtype differs. The weights
     load only when a request is not already in the store under the comparison's fingerprint.
     """
-    from flasheval.engine.evaluate import evaluation_requests, evaluation_results, score_through_store
+    from flasheval.evaluation.evaluate import evaluation_requests, evaluation_results, score_through_store
     from flasheval.engine.loading import open_model
 
     backend = open_model(model, dtype=compare_dtype, **open_options)
