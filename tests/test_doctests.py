@@ -29,7 +29,7 @@ def n_examples(name: str) -> int:
 
 def test_the_statistics_modules_have_examples():
     # STYLE.md: every public statistics function carries a short doctested example.
-    for name in ("flasheval.stats.ranking", "flasheval.stats.bootstrap", "flasheval.stats.dior", "flasheval.stats.sampling",
+    for name in ("flasheval.stats.ranking", "flasheval.stats.bootstrap", "flasheval.stats.resampling", "flasheval.stats.control_variate", "flasheval.stats.dior", "flasheval.stats.dior_pool", "flasheval.stats.sampling",
                  "flasheval.stats.irt", "flasheval.stats.sequential", "flasheval.stats.scaling",
                  "flasheval.stats.scaling_bootstrap"):
         assert n_examples(name) > 0, name

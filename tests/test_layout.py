@@ -210,3 +210,47 @@ def test_importing_the_package_loads_no_model_framework():
     n_modules, loaded = done.stdout.split(" ", 1)
     assert int(n_modules) > 50
     assert loaded.strip() == "[]"
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
+"""A function's length counts its signature and body, not its docstring (STYLE.md: functions under ~60 lines,
+modules under ~400; the issue that set these limits allowed 80 for a function)."""
+
+LONG_FUNCTIONS: dict[str, str] = {}
+"""Functions allowed over :data:`MAX_FUNCTION_LINES`, each with the reason it stays whole."""
+
+
+def size_problems(root: Path) -> list[str]:
+    """Modules over :data:`MAX_MODULE_LINES` lines and functions over :data:`MAX_FUNCTION_LINES` (docstring left
+    out) under ``root``, except the functions :data:`LONG_FUNCTIONS` names."""
+    problems = []
+    for name, (path, tree) in read_modules(root).items():
+        n_lines = len(path.read_text(encoding="utf-8").splitlines())
+        if n_lines > MAX_MODULE_LINES:
+            problems.append(f"{name}: {n_lines} lines (at most {MAX_MODULE_LINES})")
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            length = node.end_lineno - node.lineno + 1
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                length -= first.end_lineno - first.lineno + 1
+            if length > MAX_FUNCTION_LINES and f"{name}.{node.name}" not in LONG_FUNCTIONS:
+                problems.append(f"{name}.{node.name}: {length} lines without its docstring (at most {MAX_FUNCTION_LINES})")
+    return problems
+
+
+def test_modules_and_functions_stay_small():
+    assert size_problems(PACKAGE_DIR) == []
+
+
+def test_the_size_check_finds_a_long_module_and_a_long_function(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    root = _write(tmp_path, {"__init__.py": "", "big.py": "\n" * (MAX_MODULE_LINES + 1),
+                             "long.py": 'def f():\n    """doc\n    string"""\n' + body,
+                             "short.py": 'def g():\n    """a docstring of many lines\n' + "\n" * 100 + '    """\n' + "    y = 0\n" * 70})
+    problems = size_problems(root)
+    assert any(p.startswith("pkg.big: ") for p in problems), problems
+    assert any(p.startswith("pkg.long.f: 81 lines") for p in problems), problems
+    assert not any("pkg.short" in p for p in problems), problems

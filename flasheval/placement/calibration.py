@@ -27,26 +27,23 @@ crossing probability. Any valid constant is therefore at least ``pocock_constant
 where the search starts. Pocock's own constant is valid whatever the stop rule, so the result is never
 above it.
 
-What holds is a guarantee under the normal model up to Monte Carlo error: ``n_paths`` common random
-paths (seeded, so the constant is a deterministic function of the pool and the looks), standard error
-about ``sqrt(alpha (1 - alpha) / n_paths)`` on each simulated rate (0.34 points at 4,000 paths and 5%).
+What holds is a guarantee under the normal model up to Monte Carlo error: ``n_paths`` common random paths
+(seeded, so the constant is a deterministic function of the pool and the looks), standard error about
+``sqrt(alpha (1 - alpha) / n_paths)`` on each simulated rate (0.34 points at 4,000 paths and 5%).
 
 Cost, linear in the pool. A rank is a bin-table lookup, a few gathers whatever the pool's size
-(:func:`rank_function`; a binary search was most of the time on large pools). Every position is
-first simulated on the first ``screen_paths`` paths (a prefix of the same paths); a position with
-fewer misses there than a rate of ``alpha`` gives with probability ``screen_tail`` (``1e-6``:
-``Binomial(1000, 0.05) <= 21``) is not simulated further, the others are completed on the
-remaining paths, so their rates are exactly those of all ``n_paths`` paths. On the pools measured
-(synthetic pools of 200 to 4,000 models, ``benchmarks/scale.py``) the constants equal those of the
-full simulation; a screened position could only matter if its rate over all paths exceeded
-``alpha`` while its first thousand paths showed at most 2.1%, which for a true rate of ``alpha``
-has probability below ``1e-6``.
+(:func:`rank_function`). Every position is first simulated on the first ``screen_paths`` paths (a prefix of
+the same paths); a position with fewer misses there than a rate of ``alpha`` gives with probability
+``screen_tail`` (``1e-6``: ``Binomial(1000, 0.05) <= 21``) is not simulated further, the others are completed
+on the remaining paths, so their rates are exactly those of all ``n_paths`` paths. On the pools measured
+(synthetic pools of 200 to 4,000 models, ``benchmarks/scale.py``) the constants equal those of the full
+simulation; a screened position could only matter if its rate over all paths exceeded ``alpha`` while its
+first thousand paths showed at most 2.1%, which for a true rate of ``alpha`` has probability below ``1e-6``.
 
-Being deterministic, the result is memoised in the process (the last :data:`MEMO_SIZE`) and kept on
-disk (:mod:`flasheval.placement.calibration_cache`), both keyed by a SHA-256 of the inputs' bytes
-(the pool's values, the looks' standard errors, the window table, the level, the simulation's
-settings and the algorithm's version): the same pool placed again, at another seed, by another
-sweep round, a backtest or another process returns the stored :class:`Calibration` at once.
+Being deterministic, the result is memoised in the process (the last :data:`MEMO_SIZE`) and kept on disk
+(:mod:`flasheval.placement.calibration_cache`), both keyed by a SHA-256 of the inputs' bytes (the pool's
+values, the looks' standard errors, the window table, the level, the simulation's settings and the algorithm's
+version): the same pool placed again (another seed, sweep round, backtest or process) returns it at once.
 """
 
 from __future__ import annotations

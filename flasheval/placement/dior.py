@@ -17,16 +17,8 @@ import numpy as np
 
 from flasheval.hashing import derive_seed
 from flasheval.reference import ReferenceLeaderboard
-from flasheval.stats.dior import (
-    DECISIONS,
-    DiorSummary,
-    LeaderChange,
-    dior_datasets,
-    dior_examples,
-    dior_pool,
-    find_leader_changes,
-    kendall_tau_b,
-)
+from flasheval.stats.dior import DECISIONS, DiorSummary, dior_datasets, dior_examples, kendall_tau_b
+from flasheval.stats.dior_pool import LeaderChange, dior_pool, find_leader_changes
 from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["DEFAULT_SIZES", "FLAT_GAIN_PER_100", "DiorReport", "run_dior", "flattening_size", "examples_equivalent"]

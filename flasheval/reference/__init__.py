@@ -1,7 +1,8 @@
 """Reference leaderboards: the per-example score matrices placement ranks a new model against.
 
 * :mod:`~flasheval.reference.leaderboard` — the data model (:class:`ReferenceLeaderboard`), the
-  one reader and writer of reference folders, and their validation;
+  one reader of reference folders, and its validation (:mod:`~flasheval.reference.writing` writes them);
+* :mod:`~flasheval.reference.manifest`    — ``manifest.json``: :class:`ReferenceManifest` and its reader;
 * :mod:`~flasheval.reference.importing`   — other formats in (a long parquet table, lm-eval ``--log_samples``),
   streamed into per-dataset score matrices (:mod:`~flasheval.reference.matrices`,
   :mod:`~flasheval.reference.long_table`, :mod:`~flasheval.reference.lmeval_logs`);
@@ -22,17 +23,16 @@ from flasheval.reference.importing import (
     read_long_parquet,
 )
 from flasheval.reference.leaderboard import (
-    MANIFEST_FILE,
     MISSING_POLICIES,
     SCORES_FILE,
     RankedModel,
     ReferenceLeaderboard,
-    ReferenceManifest,
     load_reference,
     references_root,
     repo_root,
     resolve_reference,
 )
+from flasheval.reference.manifest import MANIFEST_FILE, ReferenceManifest
 from flasheval.reference.writing import write_reference
 
 __all__ = [

@@ -41,7 +41,8 @@ import pandas as pd
 
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.lmeval.settings import LmEvalSettings
-from flasheval.reference.leaderboard import MANIFEST_FILE, references_root
+from flasheval.reference.leaderboard import references_root
+from flasheval.reference.manifest import MANIFEST_FILE
 from flasheval.reference.lmeval_logs import scan_lm_eval_samples
 from flasheval.reference.long_table import LONG_COLUMNS, scan_long_table
 from flasheval.reference.matrices import to_frame

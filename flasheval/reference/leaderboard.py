@@ -28,9 +28,7 @@ checks), and :mod:`flasheval.reference.importing` reads other formats.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -41,104 +39,30 @@ from flasheval.data_paths import embedded_data_dir, running_from_checkout
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.hashing import file_sha256
 from flasheval.reference.long_table import scan_long_table
+from flasheval.reference.manifest import MANIFEST_FILE, ReferenceManifest, read_manifest
 from flasheval.reference.matrices import ScoreMatrices
 from flasheval.stats.ranking import aggregate as _aggregate
-from flasheval.stats.ranking import check_aggregate, check_random_baselines, competition_ranks
+from flasheval.stats.ranking import check_random_baselines, competition_ranks
 
 __all__ = [
     "MISSING_POLICIES",
-    "ReferenceManifest",
     "ReferenceLeaderboard",
     "RankedModel",
     "resolve_reference",
     "load_reference",
     "repo_root",
     "references_root",
-    "MANIFEST_FILE",
     "SCORES_FILE",
 ]
 
-FORMAT_VERSION = 1
 MISSING_POLICIES: tuple[str, ...] = ("complete-models", "common-datasets")
 SCORES_FILE = "scores.parquet"
-MANIFEST_FILE = "manifest.json"
-_MANIFEST_KEYS = {
-    "format_version", "name", "source", "licence", "metric", "higher_is_better", "aggregate",
-    "example_counts", "random_baselines", "files", "built_with", "build", "notes", "dropped_models",
-}
-_DROPPED_KEYS = {"model": str, "missing": int, "first_missing": str}
-_MANIFEST_REQUIRED = {"format_version", "name", "source", "licence", "metric", "higher_is_better",
-                      "aggregate", "example_counts", "files"}
 
 
 def repo_root() -> Path:
     """The parent of the ``flasheval`` package folder: the checkout when run from one (in an installed
     wheel, ``site-packages``). Embedded references are found by :func:`references_root`, not here."""
     return Path(__file__).resolve().parents[2]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
-class ReferenceManifest:
-    """What ``manifest.json`` says about a reference."""
-
-    name: str
-    """Short name of the reference (the folder name)."""
-    source: str
-    """Where the numbers come from (repository, commit, paper)."""
-    licence: str
-    """Licence of the underlying data."""
-    metric: str
-    """What ``score`` measures, in words."""
-    higher_is_better: bool
-    """Direction of ``score``."""
-    aggregate: str
-    """Default aggregate over datasets (see :mod:`flasheval.stats.ranking`)."""
-    example_counts: Mapping[str, int]
-    """Number of distinct examples per dataset."""
-    files: Mapping[str, str]
-    """sha256 of each data file, by file name."""
-    random_baselines: Mapping[str, float] | None = None
-    """Chance-level score per dataset, for the centered aggregate."""
-    built_with: str = ""
-    """How the reference was built (command, conversion)."""
-    build: Mapping[str, Any] | None = None
-    """Build settings for references built from task suites (free-form)."""
-    notes: str = ""
-    """Caveats a user should read."""
-    dropped_models: tuple[Mapping[str, Any], ...] | None = None
-    """The models that lack scores other models have, so the default ``complete-models`` policy leaves them
-    out: ``{"model", "missing" (cells), "first_missing" ("dataset/example_id")}`` each, by name; ``None``
-    in manifests written before the field existed."""
-    format_version: int = FORMAT_VERSION
-
-    def __post_init__(self) -> None:
-        check_aggregate(self.aggregate)
-        if not self.example_counts:
-            raise InputError("no datasets", field="example_counts")
-        if self.dropped_models is not None:
-            object.__setattr__(self, "dropped_models", _checked_dropped(self.dropped_models))
-
-    def to_json(self) -> dict[str, Any]:
-        """The manifest as a JSON-ready dict."""
-        out = {k: (dict(v) if isinstance(v, Mapping) else v) for k in sorted(_MANIFEST_KEYS)
-               if (v := getattr(self, k)) is not None}
-        if self.dropped_models is not None:
-            out["dropped_models"] = [dict(d) for d in self.dropped_models]
-        return out
-
-
-def _checked_dropped(value: Any) -> tuple[Mapping[str, Any], ...]:
-    """The manifest's ``dropped_models`` list, each entry checked for its three keys and their types."""
-    if not isinstance(value, (list, tuple)):
-        raise InputError(f"must be a list, got {type(value).__name__}", field="dropped_models")
-    for i, entry in enumerate(value):
-        ok = isinstance(entry, Mapping) and set(entry) == set(_DROPPED_KEYS) and all(
-            isinstance(entry[k], t) and not isinstance(entry[k], bool) for k, t in _DROPPED_KEYS.items())
-        if not ok:
-            raise InputError(f"entry {i + 1} must be an object with {', '.join(_DROPPED_KEYS)} (a name, a count of "
-                             f"missing cells, the first as dataset/example_id), got {entry!r}"[:300],
-                             field="dropped_models")
-    return tuple(dict(entry) for entry in value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -294,34 +218,6 @@ def resolve_reference(name: str | os.PathLike[str]) -> Path:
     raise UnknownNameError("reference", str(name), known)
 
 
-def _read_manifest(path: Path) -> ReferenceManifest:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("manifest not found", path=path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror or exc})", path=path) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"not valid JSON ({exc})", path=path) from None
-    if not isinstance(data, dict):
-        raise InputError("manifest must be a JSON object", path=path)
-    unknown = sorted(set(data) - _MANIFEST_KEYS)
-    if unknown:
-        raise InputError(f"unknown key {unknown[0]!r}", path=path, field=unknown[0], allowed=sorted(_MANIFEST_KEYS))
-    missing = sorted(_MANIFEST_REQUIRED - set(data))
-    if missing:
-        raise InputError("missing key", path=path, field=missing[0])
-    if data["format_version"] != FORMAT_VERSION:
-        raise InputError(f"unsupported format_version {data['format_version']!r}", path=path,
-                         field="format_version", allowed=[FORMAT_VERSION])
-    if not isinstance(data["higher_is_better"], bool):
-        raise InputError("must be true or false", path=path, field="higher_is_better")
-    try:
-        return ReferenceManifest(**data)
-    except InputError as exc:
-        raise InputError(exc.reason, path=path, field=exc.field or "aggregate") from None
-
-
 def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-models") -> ReferenceLeaderboard:
     """Load and validate a reference by name or path (see the module docstring for the policy).
 
@@ -342,7 +238,7 @@ def _load(name: str | os.PathLike[str], *, missing: str, dtype: type) -> Referen
     if missing not in MISSING_POLICIES:
         raise UnknownNameError("missing-data policy", missing, MISSING_POLICIES)
     folder = resolve_reference(name)
-    manifest = _read_manifest(folder / MANIFEST_FILE)
+    manifest = read_manifest(folder / MANIFEST_FILE)
     scores_path = folder / SCORES_FILE
     if SCORES_FILE not in manifest.files:
         raise InputError(f"no checksum for {SCORES_FILE}", path=folder / MANIFEST_FILE, field="files")

@@ -24,19 +24,7 @@ subsample. Each replicate resamples the same example indices for ``y`` and ``c``
 refits ``b``. On helm_lite the residual variance is ~0.13 against ~0.24 for the difference
 with the nearest reference model, i.e. about half the examples for the same precision.
 
-Small-sample floor
-------------------
-A model that answers 20 of 20 examples of a dataset (or 0 of 20) has zero spread on its
-subsample: the bootstrap, and the control variate's slope and residual, collapse to a point,
-claiming the dataset's mean is known exactly. Both estimators therefore add to each replicate
-of the NEW model's estimate an independent normal deviation whose variance lifts the residual
-variance ``s^2`` (divisor ``n``) to a pseudo-count posterior value ``(n s^2 + a tau^2) / (n + a)``:
-``a`` = ``pseudo_count`` pseudo-examples (default 1, Jeffreys' prior mass), half at each end of
-the score range, placed at the sample's mean covariate, whose squared residual is
-``tau^2 = ((hi - ybar)^2 + (lo - ybar)^2) / 2``. The added variance is
-``a (tau^2 - s^2) / ((n + a) n)``: for 20/20 it is within 15% of the variance of the Jeffreys
-posterior ``Beta(20.5, 0.5)`` (tested against scipy), and it shrinks as ``1/n^2``, so it is
-negligible once a dataset has a few hundred examples.
+Small-sample floor: :mod:`flasheval.stats.resampling`.
 
 Finite population
 -----------------
@@ -56,16 +44,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flasheval.stats.control_variate import control_variate_means
 from flasheval.stats.ranking import aggregate, rank_among
+from flasheval.stats.resampling import floor_variance, resample_counts, score_bounds
 
 __all__ = [
     "RankDistribution",
-    "resample_counts",
     "bootstrap_dataset_means",
     "percentile_interval",
     "rank_distribution",
-    "control_variate_means",
-    "floor_variance",
     "rank_from_replicates",
     "ESTIMATORS",
 ]
@@ -97,25 +84,6 @@ class RankDistribution:
     def width(self) -> int:
         """Number of ranks the interval spans minus one (0 = a single rank)."""
         return self.interval[1] - self.interval[0]
-
-
-def resample_counts(n_examples: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """How often each of ``n_examples`` examples is drawn in each replicate, float32 ``(n_resamples, n_examples)``.
-
-    Equivalent to drawing ``n_examples`` indices with replacement per replicate.
-
-    Examples
-    --------
-    >>> c = resample_counts(5, 3, np.random.default_rng(0))
-    >>> c.shape, c.sum(axis=1).tolist()
-    ((3, 5), [5.0, 5.0, 5.0])
-    """
-    if n_examples < 1:
-        raise ValueError("n_examples must be >= 1")
-    idx = rng.integers(0, n_examples, size=(n_resamples, n_examples))
-    idx += np.arange(n_resamples)[:, None] * n_examples
-    counts = np.bincount(idx.ravel(), minlength=n_resamples * n_examples)
-    return counts.reshape(n_resamples, n_examples).astype(np.float32)
 
 
 def bootstrap_dataset_means(
@@ -248,7 +216,7 @@ def rank_distribution(
     options = {"kind": kind, "higher_is_better": higher_is_better, "dataset_names": dataset_names,
                "random_baselines": random_baselines}
     direction = True if kind == "win_rate" else higher_is_better
-    bounds = [_score_bounds(n, p) for n, p in zip(new_scores, pool_scores)]
+    bounds = [score_bounds(n, p) for n, p in zip(new_scores, pool_scores)]
     if estimator == "control-variate":
         if pool_full_means is None:
             raise ValueError("the control-variate estimator needs pool_full_means")
@@ -277,112 +245,6 @@ def rank_distribution(
         shrink = 1.0 if size is None else math.sqrt(max(0.0, 1.0 - len(y) / size))
         replicates[:, 0, d] += shrink * math.sqrt(extra) * noise[:, d]
     return _rank_summary(observed, replicates, options, direction, confidence_level)
-
-
-def control_variate_means(
-    new_scores: Sequence[np.ndarray],
-    covariates: Sequence[np.ndarray],
-    covariate_full_means: Sequence[float],
-    *,
-    population_sizes: Sequence[int | None] | None = None,
-    n_resamples: int = 1000,
-    rng: int | np.random.Generator | None = None,
-    score_bounds: Sequence[tuple[float, float]] | None = None,
-    pseudo_count: float = 1.0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Regression (control-variate) estimates of a model's full-data mean per dataset, and replicates.
-
-    Parameters
-    ----------
-    new_scores
-        Per dataset, ``(n_d,)`` scores of the model on its subsample.
-    covariates
-        Per dataset, ``(n_d,)`` covariate on the same examples (e.g. the pool's mean score).
-    covariate_full_means
-        Per dataset, the covariate's mean over the whole dataset (known).
-    population_sizes, n_resamples, rng
-        As in :func:`bootstrap_dataset_means` (same child streams, so the same seed resamples
-        the same indices).
-    score_bounds
-        Per dataset, the ends ``(lo, hi)`` of the score range (default ``(0, 1)``), for the
-        small-sample floor (module docstring).
-    pseudo_count
-        Pseudo-examples of the floor (0 = no floor).
-
-    Returns
-    -------
-    observed : numpy.ndarray
-        ``(n_datasets,)`` estimates ``ybar + b (cbar_full - cbar)``.
-    replicates : numpy.ndarray
-        ``(n_resamples, n_datasets)``, finite-population corrected.
-
-    Examples
-    --------
-    >>> y, c = np.array([1.0, 0.0, 1.0, 0.0]), np.array([0.9, 0.1, 0.7, 0.3])
-    >>> obs, rep = control_variate_means([y], [c], [0.6], n_resamples=10, rng=0)
-    >>> round(float(obs[0]), 3)  # ybar 0.5 corrected by slope 1.5 times (0.6 - 0.5)
-    0.65
-    """
-    sizes = list(population_sizes) if population_sizes is not None else [None] * len(new_scores)
-    streams = np.random.default_rng(rng).spawn(len(new_scores))
-    observed = np.empty(len(new_scores))
-    replicates = np.empty((n_resamples, len(new_scores)))
-    for d, (y, c, cbar, size, stream) in enumerate(zip(new_scores, covariates, covariate_full_means, sizes, streams)):
-        y, c = np.asarray(y, dtype=np.float64), np.asarray(c, dtype=np.float64)
-        n = len(y)
-        if c.shape != y.shape or n < 1:
-            raise ValueError(f"dataset {d}: covariate and scores must have the same non-empty shape")
-        design = np.stack([y, c, y * c, c * c]).astype(np.float32)  # moments for the slope
-        obs_m = design.astype(np.float64).mean(axis=1)
-        observed[d] = _cv_estimate(obs_m[None, :], cbar)[0]
-        shrink = 1.0 if size is None else math.sqrt(max(0.0, 1.0 - n / size))
-        if shrink == 0.0:
-            replicates[:, d] = observed[d]
-            continue
-        counts = resample_counts(n, n_resamples, stream)
-        moments = (counts @ design.T).astype(np.float64) / n
-        var_c = c.var()
-        residual = y.var() - (np.mean((y - y.mean()) * (c - c.mean())) ** 2 / var_c if var_c > 1e-9 else 0.0)
-        bounds = (0.0, 1.0) if score_bounds is None else score_bounds[d]
-        extra = floor_variance(max(residual, 0.0), float(y.mean()), n, bounds, pseudo_count=pseudo_count)
-        jitter = math.sqrt(extra) * stream.standard_normal(n_resamples) if extra > 0 else 0.0
-        replicates[:, d] = observed[d] + shrink * (_cv_estimate(moments, cbar) - observed[d] + jitter)
-    return observed, replicates
-
-
-def floor_variance(residual_variance: float, mean: float, n_examples: int, bounds: tuple[float, float], *,
-                   pseudo_count: float = 1.0) -> float:
-    """Variance to add to a mean's estimate so its residual variance gets the pseudo-count floor.
-
-    ``pseudo_count * (tau^2 - s^2)+ / ((n + pseudo_count) n)`` with
-    ``tau^2 = ((hi - mean)^2 + (lo - mean)^2) / 2`` (see the module docstring).
-
-    Examples
-    --------
-    >>> round(floor_variance(0.0, 1.0, 20, (0.0, 1.0)), 6)  # 20 of 20 correct: no spread observed
-    0.00119
-    >>> floor_variance(0.25, 0.5, 1000, (0.0, 1.0))  # a balanced sample needs no floor
-    0.0
-    """
-    lo, hi = bounds
-    tau2 = ((hi - mean) ** 2 + (lo - mean) ** 2) / 2.0
-    return pseudo_count * max(0.0, tau2 - residual_variance) / ((n_examples + pseudo_count) * n_examples)
-
-
-def _score_bounds(new: np.ndarray, pool: np.ndarray) -> tuple[float, float]:
-    """Ends of the score range: ``(0, 1)`` when every score lies there, else the observed extremes."""
-    lo = min(float(np.min(new)), float(np.min(pool))) if np.size(new) else 0.0
-    hi = max(float(np.max(new)), float(np.max(pool))) if np.size(new) else 1.0
-    return (0.0, 1.0) if 0.0 <= lo and hi <= 1.0 else (lo, hi)
-
-
-def _cv_estimate(moments: np.ndarray, cbar_full: float) -> np.ndarray:
-    """``ybar + b (cbar_full - cbar)`` from moment columns (ybar, cbar, mean yc, mean cc)."""
-    ybar, cbar, yc, cc = moments.T
-    var_c = cc - cbar * cbar
-    cov = yc - ybar * cbar
-    slope = np.divide(cov, var_c, out=np.zeros_like(cov), where=var_c > 1e-9)
-    return ybar + slope * (cbar_full - cbar)
 
 
 def rank_from_replicates(observed: np.ndarray, replicates: np.ndarray, *, confidence_level: float = 0.95,

@@ -2,13 +2,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from flasheval.stats.bootstrap import (
-    bootstrap_dataset_means,
-    control_variate_means,
-    percentile_interval,
-    rank_distribution,
-    resample_counts,
-)
+from flasheval.stats.bootstrap import bootstrap_dataset_means, percentile_interval, rank_distribution
+from flasheval.stats.control_variate import control_variate_means
+from flasheval.stats.resampling import resample_counts
 
 
 def test_paired_mean_difference_matches_scipy_percentile_bootstrap():

@@ -6,14 +6,11 @@ from flasheval.stats.dior import (
     dataset_contributions,
     dior_datasets,
     dior_examples,
-    dior_pool,
-    find_leader_changes,
     kendall_tau_b,
-    pairwise_wins,
-    subpool_win_rates,
     subsample_means,
     top_two_swap,
 )
+from flasheval.stats.dior_pool import dior_pool, find_leader_changes, pairwise_wins, subpool_win_rates
 from flasheval.stats.ranking import aggregate
 
 
