@@ -104,4 +104,28 @@ def test_smollm2_in_bf16_is_batch_invariant_within_a_hundredth_of_a_nat(smollm_p
     requests = [LoglikelihoodRequest(task_name="t", example_id=str(e), choice_index=c, context=context,
                                      continuation=continuation)
                 for e, (context, choices) in enumerate(contexts.items()) for c, continuation in enumerate(choices)]
-    assert largest_batch_effect(backend._model, backend.tokenizer, requests) <= 1e-2
+    effect = largest_batch_effect(backend._model, backend.tokenizer, requests)
+    gemm = bf16_row_count_effect()
+    if effect > 1e-2 and gemm > 0:
+        # Padded widths cannot help where the matrix product itself depends on how many rows it is given.
+        pytest.xfail(f"batch effect {effect:.3g} nats: this CPU's bf16 matrix product depends on the row count "
+                     f"(a (32, 576) x (576, 1536) block differs by {gemm:.3g} alone and in a batch of 8; oneDNN "
+                     "picks another kernel by size, e.g. on AMX CPUs); docs/engine.md, 'Batch invariance'")
+    assert effect <= 1e-2
+
+
+def bf16_row_count_effect() -> float:
+    """Largest difference of a bf16 linear layer's output for one (32, 576) block alone and inside a batch of 8.
+
+    An independent check of the kernel underneath (SmolLM2's widths): 0 where the CPU's bf16 matrix product
+    does not depend on its row count, so the engine's padding is what the test above measures.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(1536, 576, generator=gen).bfloat16()
+    x = torch.randn(8, 32, 576, generator=gen).bfloat16()
+    with torch.no_grad():
+        batched = torch.nn.functional.linear(x, weight)
+        alone = torch.nn.functional.linear(x[:1], weight)
+    return float((alone - batched[:1]).abs().max())
