@@ -180,7 +180,7 @@ def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any,
         raise InputError(f"holding out {len(model_ids)} checkpoints leaves fewer than 2 reference models",
                          field="--models")
     check_token_budget(full, budget)
-    check_sweep_budget(budget, plan, pool, len(model_ids))
+    check_sweep_budget(budget, plan, pool, len(model_ids), aggregate=aggregate)
     config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names),
               "models": model_ids, "plan": plan.name, "seed": seed, "aggregate": aggregate, "missing": missing,
               "low_rank": low_rank, "budget": [budget.max_examples, budget.max_tokens, budget.max_flops],
@@ -226,7 +226,7 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
     full = restrict(setup.reference, datasets)
     pool, held = hold_out(full, [m.model_id for m in models])
     check_token_budget(full, budget)
-    check_sweep_budget(budget, plan, pool, len(models))
+    check_sweep_budget(budget, plan, pool, len(models), aggregate=aggregate)
     config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names),
               "models": [f"{m.model_id}={m.text}" for m in models], "plan": plan.name, "seed": setup.seed,
               "dtype": setup.dtype, "aggregate": aggregate, "missing": missing, "low_rank": low_rank,

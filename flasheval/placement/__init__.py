@@ -13,8 +13,9 @@ One step of the method per module:
 * :mod:`~flasheval.placement.allocation` — how a look's examples are split across datasets (uniform, Neyman with costs);
 * :mod:`~flasheval.placement.calibration` — the looks' constant calibrated to the window rule;
 * :mod:`~flasheval.placement.looks`      — the looks fixed before the new model is scored: targets, variances, levels;
-* :mod:`~flasheval.placement.controller` — bootstrap rank at each stage, the ``place`` loop;
-* :mod:`~flasheval.placement.sweep`      — many checkpoints under one budget (racing);
+* :mod:`~flasheval.placement.controller` — the one stage loop: a per-model controller (next look, take scores,
+  stop?), bootstrap rank at each look, ``place`` driving one controller;
+* :mod:`~flasheval.placement.sweep`      — many checkpoints under one budget (racing): a scheduler of controllers;
 * :mod:`~flasheval.placement.sweep_store`, :mod:`~flasheval.placement.sweep_run` — a sweep's results store and run folder;
 * :mod:`~flasheval.placement.sweep_models` — a live sweep's checkpoints, loaded on demand, at most N in memory;
 * :mod:`~flasheval.placement.backtest`, :mod:`~flasheval.placement.simulation` — leave-one-out backtests, synthetic pools;

@@ -110,6 +110,23 @@ def test_a_sweep_killed_mid_round_resumes_and_loses_nothing(world, tmp_path):
     assert not set(first_run) & set(second_run) and len(asked) >= len(second_run)
 
 
+def test_a_neyman_cost_plan_places_a_model_as_place_does(world):
+    # one core: a one-checkpoint sweep (no racing) takes the looks `place` takes, the plan's allocation included
+    from flasheval.placement.controller import place
+
+    ref, pool, held = world
+    plan = replace(load_tier_plan("default"), allocation="neyman-cost")
+    model, budget = held[2], Budget(max_examples=900)
+    placed = place(pool, ReplayScorer(ref, model), plan, model_id=model, seed=1, budget=budget)
+    swept = sweep(pool, {model: ReplayScorer(ref, model)}, plan, budget=budget, seed=1, low_rank=10**6).checkpoints[0]
+    assert len(placed.stages) > 1 and len(set(placed.stages[-1].n_examples)) > 1  # several looks, not uniform
+    assert (swept.rank, swept.interval, swept.tier, swept.status) == (placed.rank, placed.interval, placed.tier,
+                                                                      placed.status)
+    assert swept.per_dataset == placed.stages[-1].n_examples and swept.n_examples == placed.compute.n_examples
+    assert [(s.n_examples, s.interval, s.confidence_level) for s in swept.stages] == [
+        (sum(s.n_examples), s.interval, s.confidence_level) for s in placed.stages]
+
+
 def test_a_budget_smaller_than_one_stage_is_refused(world):
     ref, pool, held = world
     with pytest.raises(InputError, match="smaller than one stage for every checkpoint"):
@@ -207,21 +224,40 @@ def test_a_sweep_killed_by_sigkill_resumes_and_loses_nothing(world, tmp_path):
     assert resumed.to_json()["checkpoints"] == clean.to_json()["checkpoints"]
 
 
-def test_the_sweeps_running_totals_equal_a_recount_after_every_stage():
-    # the budget check keeps examples and tokens as running totals; recount them from scratch after every stage
-    from flasheval.placement.sweep import _Checkpoint, _Spent, _spent
+class _Tokens(ReplayScorer):
+    """Replayed scores with random token counts, sometimes none (a scorer that does not report them)."""
 
+    def __init__(self, ref, model_id, gen):
+        super().__init__(ref, model_id)
+        self.gen = gen
+
+    def score(self, task_name, example_ids):
+        got = super().score(task_name, example_ids)
+        tokens = None if self.gen.random() < 0.03 else self.gen.integers(1, 50, size=len(example_ids))
+        return replace(got, n_tokens=tokens)
+
+
+def test_the_sweeps_running_totals_equal_a_recount_after_every_stage(world):
+    # the budget check keeps examples and tokens as running totals; recount them from scratch after every stage
+    from flasheval.placement.controller import Controller, course, score_request
+    from flasheval.placement.looks import look_plan
+    from flasheval.placement.sweep import _Spent, _spent
+
+    ref, pool, held = world
+    plan = replace(load_tier_plan("default"), correction="pocock").for_pool(pool.n_models + 1)
+    shared = course(pool, plan, seed=0, looks=look_plan(pool, plan))
     gen = np.random.default_rng(4)
-    state = [_Checkpoint(f"c{i}", None, 3) for i in range(6)]  # type: ignore[arg-type]
+    state = [Controller(shared, model_id=m) for m in held[:6]]
+    scorers = {m: _Tokens(ref, m, gen) for m in held[:6]}
     spent = _Spent(state)
     assert (spent.examples, spent.tokens) == _spent(state) == (0, None)
-    for _ in range(60):
+    for _ in range(40):
         c = state[int(gen.integers(len(state)))]
-        before = (sum(c.n), c.n_tokens)
-        for d in range(3):
-            n = int(gen.integers(0, 5))
-            tokens = None if gen.random() < 0.03 else gen.integers(1, 50, size=n)
-            c.add(d, gen.random(n), tokens)
+        request = c.next_stage()
+        if request is None:
+            continue
+        before = (c.n_examples, c.n_tokens)
+        c.take(request, score_request(scorers[c.model_id], pool.dataset_names, request))
         spent.add(before, c)
         assert (spent.examples, spent.tokens) == _spent(state)
         assert [len(s) for s in c.joined()] == c.n  # joined once, kept in one piece, extended by later stages
