@@ -11,22 +11,16 @@ from flasheval import cli
 from flasheval.errors import InputError
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget
-from flasheval.placement.simulation import synthetic_reference
 from flasheval.placement.sweep import sweep
-from flasheval.placement.sweep_store import ResultsStore, StoredScorer
+from flasheval.placement.sweep_folder import open_run_folder
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.records import read_record
+from tests.placement._run_folder_worker import SWEEP_CONFIG, sweep_world
 
 
 @pytest.fixture(scope="module")
 def world():
-    ref = synthetic_reference(40, [300, 400, 500], rng=1, ability_spread=1.5)
-    order = [r.model_id for r in ref.ranking()]
-    held = order[0:40:5]  # 8 checkpoints spread over the ranking
-    pool = ref
-    for m in held:
-        pool = pool.without(m)
-    return ref, pool, held
+    return sweep_world()  # 8 checkpoints spread over the ranking of a synthetic reference, held out of its pool
 
 
 class _Recording(ReplayScorer):
@@ -42,9 +36,9 @@ class _Recording(ReplayScorer):
         return super().score(task_name, example_ids)
 
 
-def _scorers(ref, held, store=None):
+def _scorers(ref, held, run=None):
     scorers = {m: _Recording(ref, m) for m in held}
-    return scorers if store is None else {m: StoredScorer(s, store, m) for m, s in scorers.items()}
+    return scorers if run is None else {m: run.scorer(m, s) for m, s in scorers.items()}
 
 
 def test_sweep_stays_within_budget_and_spends_it_on_the_top(world):
@@ -92,15 +86,16 @@ def test_a_sweep_killed_mid_round_resumes_and_loses_nothing(world, tmp_path):
     budget = Budget(max_examples=4000)
     clean = sweep(pool, _scorers(ref, held), plan, budget=budget, seed=2)
     _Recording.calls, _Recording.crash_after = 0, 17  # dies in the middle of a round
-    store = ResultsStore(tmp_path / "scores.jsonl")
-    crashing = _scorers(ref, held, store)
-    with pytest.raises(KeyboardInterrupt):
-        sweep(pool, crashing, plan, budget=budget, seed=2)
-    kept = len(ResultsStore(tmp_path / "scores.jsonl"))
-    assert kept > 0
-    _Recording.crash_after = None
-    resumed_scorers = _scorers(ref, held, ResultsStore(tmp_path / "scores.jsonl"))
-    resumed = sweep(pool, resumed_scorers, plan, budget=budget, seed=2)
+    with open_run_folder(tmp_path, SWEEP_CONFIG, held) as run:
+        crashing = _scorers(ref, held, run)
+        with pytest.raises(KeyboardInterrupt):
+            sweep(pool, crashing, plan, budget=budget, seed=2)
+    with open_run_folder(tmp_path, SWEEP_CONFIG, held) as run:
+        kept = run.n_stored
+        assert kept > 0
+        _Recording.crash_after = None
+        resumed_scorers = _scorers(ref, held, run)
+        resumed = sweep(pool, resumed_scorers, plan, budget=budget, seed=2)
     assert resumed.n_computed == clean.n_examples - kept
     as_json = lambda r: {k: v for k, v in r.to_json().items() if k != "n_computed"}  # noqa: E731
     assert as_json(resumed) == as_json(clean)
@@ -173,31 +168,6 @@ def test_a_run_folder_of_another_sweep_or_version_is_refused(saved, message, tmp
     assert message in err and len(err.splitlines()) == 1
 
 
-_KILLED_RUN = """
-import sys, time
-from flasheval.placement.replay import ReplayScorer
-from flasheval.placement.results import Budget
-from flasheval.placement.simulation import synthetic_reference
-from flasheval.placement.sweep import sweep
-from flasheval.placement.sweep_store import ResultsStore, StoredScorer
-from flasheval.placement.tiers import load_tier_plan
-
-class Slow(ReplayScorer):
-    def score(self, task_name, example_ids):
-        time.sleep(0.05)
-        return super().score(task_name, example_ids)
-
-ref = synthetic_reference(40, [300, 400, 500], rng=1, ability_spread=1.5)
-held = [r.model_id for r in ref.ranking()][0:40:5]
-pool = ref
-for m in held:
-    pool = pool.without(m)
-store = ResultsStore(sys.argv[1])
-sweep(pool, {m: StoredScorer(Slow(ref, m), store, m) for m in held}, load_tier_plan("default"),
-      budget=Budget(max_examples=4000), seed=2)
-"""
-
-
 @pytest.mark.slow
 def test_a_sweep_killed_by_sigkill_resumes_and_loses_nothing(world, tmp_path):
     import signal
@@ -205,21 +175,31 @@ def test_a_sweep_killed_by_sigkill_resumes_and_loses_nothing(world, tmp_path):
     import sys
     import time
 
+    from flasheval.errors import InputError
+
     ref, pool, held = world
     plan, budget = load_tier_plan("default"), Budget(max_examples=4000)
     clean = sweep(pool, _scorers(ref, held), plan, budget=budget, seed=2)
-    store_path = tmp_path / "scores.jsonl"
     repo_root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, str(store_path)], cwd=repo_root)
+    worker = Path(__file__).with_name("_run_folder_worker.py")
+    proc = subprocess.Popen([sys.executable, str(worker), "sweep", str(tmp_path)], cwd=repo_root,
+                            env={**__import__("os").environ, "PYTHONPATH": str(repo_root)})
+
+    def stored_lines() -> int:
+        return sum(p.read_bytes().count(b"\n") for p in (tmp_path / "shards").glob("*.jsonl"))
+
     deadline = time.monotonic() + 30
-    while (not store_path.exists() or store_path.read_text().count("\n") < 500) and time.monotonic() < deadline:
+    while stored_lines() < 500 and time.monotonic() < deadline:
         time.sleep(0.02)
+    with pytest.raises(InputError, match="another sweep is running in this run folder"):  # two sweeps, one folder
+        open_run_folder(tmp_path, SWEEP_CONFIG, held)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    kept = len(ResultsStore(store_path))
-    assert 0 < kept < clean.n_examples  # killed mid-sweep, after some batches
-    _Recording.crash_after = None
-    resumed = sweep(pool, _scorers(ref, held, ResultsStore(store_path)), plan, budget=budget, seed=2)
+    with open_run_folder(tmp_path, SWEEP_CONFIG, held) as run:  # the killed process's lock went with it
+        kept = run.n_stored
+        assert 0 < kept < clean.n_examples  # killed mid-sweep, after some batches
+        _Recording.crash_after = None
+        resumed = sweep(pool, _scorers(ref, held, run), plan, budget=budget, seed=2)
     assert resumed.n_computed == clean.n_examples - kept
     assert resumed.to_json()["checkpoints"] == clean.to_json()["checkpoints"]
 
