@@ -1,9 +1,10 @@
 """Worker for the run-folder tests, in one of two modes.
 
-``launch OUT CONFIG``: under ``accelerate launch`` each process opens its OWN run folder ``OUT/rank<N>``
-(a cluster without a shared filesystem) with the settings in ``CONFIG`` for checkpoint ``m``, scores one
-new example as every process of a sweep does, and writes what it sees to ``OUT/seen<N>.json``, or the
-one-line error it got (test_sweep_store).
+``launch OUT CONFIG OTHER``: under ``accelerate launch`` each process opens its OWN run folder
+``OUT/rank<N>`` (a cluster without a shared filesystem) with the settings in ``CONFIG`` for checkpoint
+``m``, scores one new example as every process of a sweep does, then opens the folder again with the
+settings ``OTHER``, and writes what it saw and the one-line errors it got to ``OUT/seen<N>.json``
+(test_sweep_store).
 
 ``sweep FOLDER``: a replay sweep of 8 checkpoints of a synthetic reference into run folder ``FOLDER``
 whose scorer sleeps on every batch, so that a test can kill it mid-sweep with SIGKILL (test_sweep).
@@ -64,20 +65,23 @@ class _One:
         return ScoredExamples(scores=np.ones(len(example_ids)), n_tokens=np.full(len(example_ids), 7))
 
 
-def launched(out: str, config: str) -> int:
+def launched(out: str, config: str, other: str) -> int:
     state = launch_state()
     folder = Path(out) / f"rank{state.process_index}"
+    seen: dict = {}
     try:
         run = open_run_folder(folder, json.loads(config), ["m"], state)
     except FlashevalError as exc:
-        Path(out, f"seen{state.process_index}.json").write_text(json.dumps({"error": str(exc)}))
-        return 1
-    # every process scores the same new example, as every process of a sweep does
-    run.scorer("m", _One()).score("t", ["x9"])
-    store = run.stores["m"]
-    rows = sorted([r.task_name, r.example_id, r.score, r.n_tokens] for r in store.results().values())
-    Path(out, f"seen{state.process_index}.json").write_text(json.dumps({"rows": rows}))
-    run.close()
+        seen["error"] = str(exc)
+    else:
+        run.scorer("m", _One()).score("t", ["x9"])  # every process scores the same new example, as in a sweep
+        seen["rows"] = sorted([r.task_name, r.example_id, r.score, r.n_tokens] for r in run.stores["m"].results().values())
+        run.close()
+        try:  # then a sweep with other settings on the same folders: refused on every process with the main's line
+            open_run_folder(folder, json.loads(other), ["n"], state).close()
+        except FlashevalError as exc:
+            seen["other"] = str(exc)
+    Path(out, f"seen{state.process_index}.json").write_text(json.dumps(seen))
     shutdown(state)
     return 0
 

@@ -110,7 +110,7 @@ def test_a_neyman_cost_plan_places_a_model_as_place_does(world):
     from flasheval.placement.controller import place
 
     ref, pool, held = world
-    plan = replace(load_tier_plan("default"), allocation="neyman-cost")
+    plan = replace(load_tier_plan("default"), allocation="neyman-cost", n_resamples=500)
     model, budget = held[2], Budget(max_examples=900)
     placed = place(pool, ReplayScorer(ref, model), plan, model_id=model, seed=1, budget=budget)
     swept = sweep(pool, {model: ReplayScorer(ref, model)}, plan, budget=budget, seed=1, low_rank=10**6).checkpoints[0]

@@ -103,38 +103,30 @@ def test_a_run_folder_of_the_old_layout_is_migrated_once_and_nothing_recomputed(
     assert (out / "scores.jsonl.migrated").read_bytes() == old_scores and not (out / "scores.jsonl").exists()
     assert json.loads((out / "sweep-config.json").read_text())["store_format"] == STORE_FORMAT
     rows = [json.loads(line) for line in old_scores.splitlines()]
-    with open_run_folder(out, json.loads((out / "sweep-config.json").read_text()), ["meta/llama-3-70b"]) as run:
-        stored = run.stores["meta/llama-3-70b"]
-        for row in (r for r in rows if r["model_id"] == "meta/llama-3-70b"):  # every score as it was
-            assert stored.get(score_key(row["task_name"], row["example_id"])).score == row["score"]
     caplog.clear()
-    assert cli.main(argv) == 0 and "migrated" not in caplog.text  # once
-    assert "0 computed now" in capsys.readouterr().out
-
-
-def _run_folder_on_two_processes(tmp_path, config: dict) -> list[dict]:
-    from tests.engine.test_distributed import launch
-
-    launch(Path(__file__).with_name("_run_folder_worker.py"), "launch", str(tmp_path), json.dumps(config),
-           timeout=240, check=False)
-    return [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
+    config, models = json.loads((out / "sweep-config.json").read_text()), ["meta/llama-3-70b", "allenai/olmo-7b"]
+    with open_run_folder(out, config, models) as run:
+        assert run.n_stored == len(rows) == 200 and "migrated" not in caplog.text  # once
+        for row in rows:  # every score as it was
+            got = run.stores[row["model_id"]].get(score_key(row["task_name"], row["example_id"]))
+            assert (got.score, got.n_tokens) == (row["score"], row["n_tokens"])
 
 
 @pytest.mark.slow
 def test_a_run_folder_is_read_and_written_by_the_main_process_only(tmp_path):
     pytest.importorskip("accelerate")
+    from tests.engine.test_distributed import launch
+
     config = {"store_format": STORE_FORMAT, "models": ["m"]}
     main_folder = tmp_path / "rank0"
     check_config(main_folder, config)
     StoredScorer(_Counting(), _store(main_folder)).score("t", ["x1", "x22"])
-    seen = _run_folder_on_two_processes(tmp_path, config)
+    launch(Path(__file__).with_name("_run_folder_worker.py"), "launch", str(tmp_path), json.dumps(config),
+           json.dumps({**config, "models": ["n"]}), timeout=240, check=False)
+    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
     expected = [["t", "x1", 0.0, 12], ["t", "x22", 1.0, 13], ["t", "x9", 1.0, 7]]
-    assert seen[0] == seen[1] == {"rows": expected}  # the other process starts from the main's scores
-    assert not (tmp_path / "rank1").exists()  # and never writes its own folder
+    assert seen[0]["rows"] == seen[1]["rows"] == expected  # the other process starts from the main's scores
     assert len(shard_path(main_folder, score_fingerprint("m")).read_text().splitlines()) == 3  # appended once
     # other settings in the main's folder: every process is refused with the main's one line
-    for name in ("seen0.json", "seen1.json"):
-        (tmp_path / name).unlink()
-    seen = _run_folder_on_two_processes(tmp_path, {**config, "models": ["n"]})
-    assert seen[0] == seen[1] and "holds a sweep with other settings" in seen[0]["error"]
-    assert not (tmp_path / "rank1").exists()
+    assert seen[0]["other"] == seen[1]["other"] and "holds a sweep with other settings" in seen[0]["other"]
+    assert not (tmp_path / "rank1").exists()  # the other process never writes its own folder
