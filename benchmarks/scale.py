@@ -151,13 +151,13 @@ def measure_backtest(sizes: tuple[int, ...] = (1000, 4000), k: int = 200) -> lis
 
 def _sweep_once(n_pool: int, n_checkpoints: int, budget_per_checkpoint: int) -> dict[str, Any]:
     import flasheval
-    from flasheval.placement import sweep as sweep_module
+    from flasheval.placement import controller as controller_module  # the looks of every sweep's controllers
     from flasheval.placement.simulation import synthetic_reference
 
     ref = synthetic_reference(n_pool + n_checkpoints, SIZES, rng=2)
     rounds: list[tuple[int, float, float]] = []  # (round, seconds, of which the looks' bootstrap)
     last = [time.perf_counter(), 0.0]
-    real = sweep_module.stage_rank
+    real = controller_module.stage_rank
 
     def timed_rank(*args: Any, **kwargs: Any) -> Any:  # the looks' bootstrap: its cost grows with the look's examples
         start = time.perf_counter()
@@ -172,7 +172,7 @@ def _sweep_once(n_pool: int, n_checkpoints: int, budget_per_checkpoint: int) -> 
             rounds.append((step.done, now - last[0], last[1]))
             last[0], last[1] = now, 0.0
 
-    sweep_module.stage_rank = timed_rank
+    controller_module.stage_rank = timed_rank
     try:
         with tempfile.TemporaryDirectory() as out:
             _fresh_memo()
@@ -183,7 +183,7 @@ def _sweep_once(n_pool: int, n_checkpoints: int, budget_per_checkpoint: int) -> 
                                   output=out, progress=progress)
             total = time.perf_counter() - start
     finally:
-        sweep_module.stage_rank = real
+        controller_module.stage_rank = real
     looks = [sum(1 for c in run.result.checkpoints for s in c.stages if s.round == r) for r, _, _ in rounds]
     served: dict[int, int] = {}  # examples scored in each round (each look's new examples)
     for c in run.result.checkpoints:

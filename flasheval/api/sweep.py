@@ -21,6 +21,7 @@ from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.api.resolve import check_n_parameters, live_options, refuse_live_options, resolve_plan, resolve_reference
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
+from flasheval.engine.store_shards import SHARDS_DIR
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import LiveOptions, check_count, check_seed, prepare_scoring
 from flasheval.placement.replay import ReplayScorer
@@ -28,19 +29,9 @@ from flasheval.placement.results import Budget
 from flasheval.placement.sweep import SweepResult, check_sweep_budget
 from flasheval.placement.sweep import sweep as run_sweep
 from flasheval.placement.sweep_models import CheckpointPool
-from flasheval.placement.sweep_run import (
-    RECORD_FILE,
-    STORE_FILE,
-    STORE_FORMAT,
-    build_payload,
-    check_token_budget,
-    hold_out,
-    open_run_folder,
-    restrict,
-    separate_placements,
-    truth_ranks,
-)
-from flasheval.placement.sweep_store import StoredScorer
+from flasheval.placement.sweep_folder import RECORD_FILE, STORE_FORMAT, RunFolder, open_run_folder
+from flasheval.placement.sweep_pool import check_token_budget, hold_out, restrict
+from flasheval.placement.sweep_record import build_payload, separate_placements, truth_ranks
 from flasheval.records import prepare_output, write_record
 
 __all__ = ["SweepRun", "sweep"]
@@ -163,9 +154,9 @@ def sweep(
         return run
 
 
-def _resolving(report: Reporter, message: str, store: Any, folder: Path) -> None:
-    report("start", message + f"; results store {folder / STORE_FILE}" + (
-        f" ({len(store)} scores already stored: resuming)" if len(store) else ""))
+def _resolving(report: Reporter, message: str, run: RunFolder, folder: Path) -> None:
+    report("start", message + f"; results store {folder / SHARDS_DIR}" + (
+        f" ({run.n_stored} scores already stored: resuming)" if run.n_stored else ""))
 
 
 def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, seed: int, aggregate: str | None,
@@ -180,34 +171,32 @@ def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any,
         raise InputError(f"holding out {len(model_ids)} checkpoints leaves fewer than 2 reference models",
                          field="--models")
     check_token_budget(full, budget)
-    check_sweep_budget(budget, plan, pool, len(model_ids))
+    check_sweep_budget(budget, plan, pool, len(model_ids), aggregate=aggregate)
     config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names),
               "models": model_ids, "plan": plan.name, "seed": seed, "aggregate": aggregate, "missing": missing,
               "low_rank": low_rank, "budget": [budget.max_examples, budget.max_tokens, budget.max_flops],
               "n_parameters": n_parameters}
     prepare_output(folder, record=RECORD_FILE)
-    store = open_run_folder(folder, config)
-    n_stored = len(store)
-    scorers = {m: StoredScorer(ReplayScorer(full, m, n_parameters=n_params), store, m) for m in model_ids}
-    _resolving(report, f"sweeping {len(model_ids)} checkpoints on {full.name} ({pool.n_models} reference models, "
-                       f"plan {plan.name}, budget {budget.max_examples or budget.max_tokens or budget.max_flops})", store, folder)
-    store.sync_each = False  # replayed scores cost nothing to recompute: one fsync per round, not per batch
-    reporter = _round_reporter(report)
+    with open_run_folder(folder, config, model_ids) as run:  # held to the end: a second sweep here is refused
+        scorers = {m: run.scorer(m, ReplayScorer(full, m, n_parameters=n_params)) for m in model_ids}
+        _resolving(report, f"sweeping {len(model_ids)} checkpoints on {full.name} ({pool.n_models} reference models, "
+                           f"plan {plan.name}, budget {budget.max_examples or budget.max_tokens or budget.max_flops})",
+                   run, folder)
+        run.defer_sync()  # replayed scores cost nothing to recompute: one fsync per round, not per batch
+        reporter = _round_reporter(report)
 
-    def on_round(round_: int, n_active: int, n_examples: int) -> None:
-        store.sync()
-        reporter(round_, n_active, n_examples)
+        def on_round(round_: int, n_active: int, n_examples: int) -> None:
+            run.sync()
+            reporter(round_, n_active, n_examples)
 
-    try:
         result = run_sweep(pool, scorers, plan, budget=budget, seed=seed, aggregate=aggregate, low_rank=low_rank,
                            n_parameters=n_params, on_round=on_round)
-    finally:
-        store.sync()
-    result = replace(result, truth=truth_ranks(full, pool, model_ids, aggregate))
-    separate = separate_placements(full, pool, model_ids, plan, seed=seed, aggregate=aggregate)
-    payload = build_payload(result, full, pool, aggregate, separate)
-    path = write_record(folder / RECORD_FILE, kind="sweep", payload=payload)
-    return SweepRun(result=result, separate_examples=separate, record=payload, record_path=path, n_stored=n_stored)
+        result = replace(result, truth=truth_ranks(full, pool, model_ids, aggregate))
+        separate = separate_placements(full, pool, model_ids, plan, seed=seed, aggregate=aggregate)
+        payload = build_payload(result, full, pool, aggregate, separate)
+        path = write_record(folder / RECORD_FILE, kind="sweep", payload=payload)
+    return SweepRun(result=result, separate_examples=separate, record=payload, record_path=path,
+                    n_stored=run.n_stored)
 
 
 def _round_reporter(report: Reporter) -> Any:
@@ -226,7 +215,7 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
     full = restrict(setup.reference, datasets)
     pool, held = hold_out(full, [m.model_id for m in models])
     check_token_budget(full, budget)
-    check_sweep_budget(budget, plan, pool, len(models))
+    check_sweep_budget(budget, plan, pool, len(models), aggregate=aggregate)
     config = {"store_format": STORE_FORMAT, "reference": full.name, "datasets": list(full.dataset_names),
               "models": [f"{m.model_id}={m.text}" for m in models], "plan": plan.name, "seed": setup.seed,
               "dtype": setup.dtype, "aggregate": aggregate, "missing": missing, "low_rank": low_rank,
@@ -235,32 +224,32 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
         config["engine"] = setup.engine
     state = launch_state()
     prepare_output(folder, record=RECORD_FILE, note=state is None or state.is_main_process)
-    store = open_run_folder(folder, config, state)
-    n_stored = len(store)
+    run = open_run_folder(folder, config, [m.model_id for m in models], state)
     report.is_main = state is None or state.is_main_process
     how = ", ".join(filter(None, (setup.describe(), setup.dtype)))
     _resolving(report, f"sweeping {len(models)} live checkpoints ({how}, at most {max_loaded} in memory"
                        f"{', held out of the pool: ' + ', '.join(held) if held else ''}) on {full.name} ({pool.n_models} "
                        f"reference models, plan {plan.name}, budget "
-                       f"{budget.max_examples or budget.max_tokens or budget.max_flops})", store, folder)
+                       f"{budget.max_examples or budget.max_tokens or budget.max_flops})", run, folder)
 
     def opener(model: Any, store_dir: Path) -> Any:
         return setup.open(model, store_dir, options=options, state=state, n_params=n_params)
 
-    with ExitStack() as stack:
-        for model in models:
-            if isinstance(model, LoadedModel):
-                stack.enter_context(scoring_mode(model.model))
-        checkpoints = stack.enter_context(CheckpointPool(models, folder, opener, max_loaded=max_loaded))
-        scorers = {m: StoredScorer(s, store, m) for m, s in checkpoints.scorers.items()}
-        result = run_sweep(pool, scorers, plan, budget=budget, seed=setup.seed, aggregate=aggregate,
-                           low_rank=low_rank, n_parameters=n_params, on_round=_round_reporter(report))
-    payload = build_payload(result, full, pool, aggregate)
-    payload["live"] = {"engine": setup.engine, "dtype": setup.dtype, **setup.record_settings(),
-                       "max_loaded": max_loaded, "world_size": 1 if state is None else state.num_processes,
-                       "checkpoints": {m.model_id: checkpoints.checkpoint_json(m.model_id) for m in models}}
-    path = None
-    if report.is_main:
-        path = write_record(folder / RECORD_FILE, kind="sweep", payload=payload)
+    with run:  # the folder's lock, held until the record is written: a second sweep on this folder is refused
+        with ExitStack() as stack:
+            for model in models:
+                if isinstance(model, LoadedModel):
+                    stack.enter_context(scoring_mode(model.model))
+            checkpoints = stack.enter_context(CheckpointPool(models, folder, opener, max_loaded=max_loaded))
+            scorers = {m: run.scorer(m, s) for m, s in checkpoints.scorers.items()}
+            result = run_sweep(pool, scorers, plan, budget=budget, seed=setup.seed, aggregate=aggregate,
+                               low_rank=low_rank, n_parameters=n_params, on_round=_round_reporter(report))
+        payload = build_payload(result, full, pool, aggregate)
+        payload["live"] = {"engine": setup.engine, "dtype": setup.dtype, **setup.record_settings(),
+                           "max_loaded": max_loaded, "world_size": 1 if state is None else state.num_processes,
+                           "checkpoints": {m.model_id: checkpoints.checkpoint_json(m.model_id) for m in models}}
+        path = None
+        if report.is_main:
+            path = write_record(folder / RECORD_FILE, kind="sweep", payload=payload)
     shutdown(state)  # not after a failure: the others may be stuck in another collective; the launcher ends them
-    return SweepRun(result=result, record=payload, record_path=path, n_stored=n_stored)
+    return SweepRun(result=result, record=payload, record_path=path, n_stored=run.n_stored)

@@ -6,9 +6,9 @@ pool is reported beside its placement (a backtest). ``--backtest N`` sweeps N re
 models spread evenly over the full-data ranking. Live specs ``[NAME=]gguf:FILE`` /
 ``[NAME=]hf:PATH_OR_ID`` run the models now against a built reference (DCLM-format or lm-eval,
 as the reference records); one sweep takes replay or live specs, not both. The run folder
-(:mod:`flasheval.placement.sweep_run`) holds ``sweep-config.json`` (the settings),
-``scores.jsonl`` (the results store) and ``sweep.json`` (the record); rerunning the same command
-after a crash resumes from the store. Live checkpoints are loaded when a round first asks them
+(:mod:`flasheval.placement.sweep_folder`) holds ``sweep-config.json`` (the settings),
+``shards/`` (the results store, a shard per checkpoint) and ``sweep.json`` (the record); rerunning the
+same command after a crash resumes from the store, and a second sweep on a folder in use is refused. Live checkpoints are loaded when a round first asks them
 for examples, at most ``--max-loaded`` at once; live sweeps run data-parallel under
 ``accelerate launch -m flasheval sweep ...`` (only the main process writes the run folder).
 """
@@ -30,8 +30,9 @@ from flasheval.cli._options import (
 )
 from flasheval.errors import InputError
 from flasheval.placement.sweep import SweepResult
-from flasheval.placement.sweep_run import restrict, run_folder, spread_models
-from flasheval.reference import MISSING_POLICIES, load_reference
+from flasheval.placement.sweep_pool import restrict, spread_models
+from flasheval.records import slug
+from flasheval.reference import MISSING_POLICIES, ReferenceLeaderboard, load_reference
 from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["register", "run", "format_result"]
@@ -65,6 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_lmeval_live_options(parser)
     add_progress_options(parser)
     parser.set_defaults(func=run)
+
+
+def run_folder(output: str | None, reference: ReferenceLeaderboard) -> Path:
+    """``output`` (``--output``), or ``runs/sweep-<reference>/``."""
+    return Path(output or Path("runs") / f"sweep-{slug(reference.name)}")
 
 
 def _read_specs(path: Path) -> list[str]:

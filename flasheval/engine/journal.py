@@ -1,10 +1,13 @@
 """Durable append-only JSON-lines files: the one mechanism behind every crash-safe store.
 
-Both results stores (the engine's per-request :mod:`flasheval.engine.store` and the
-sweep's per-example :mod:`flasheval.placement.sweep_store`) append finished work as complete lines,
-one ``write`` + ``flush`` + ``fsync`` per batch, and on open cut off a torn tail (bytes after
-the last newline, left by a process killed mid-write) without touching any complete line.
-What a *complete* but unreadable line means is each store's own policy.
+The results store (:mod:`flasheval.engine.store`: a model's request results, a sweep checkpoint's
+per-example scores) appends finished work as complete lines, one ``write`` + ``flush`` + ``fsync``
+per batch (:func:`append_lines`), and on open cuts off a torn tail (bytes after the last newline,
+left by a process killed mid-write) without touching any complete line. One writer fsyncs less
+often: a replay sweep, whose scores cost nothing to recompute, writes and flushes each batch at once
+(:func:`write_lines`: a killed process loses none) and fsyncs once per round (:func:`fsync_file`: a
+power cut loses at most that round). What a *complete* but unreadable line means is the store's
+policy (:mod:`flasheval.engine.store_shards`: skipped, and recomputed when asked again).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["JournalContents", "read_journal", "append_lines", "truncate_journal"]
+__all__ = ["JournalContents", "read_journal", "append_lines", "write_lines", "fsync_file", "truncate_journal"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,3 +82,30 @@ def _write_durably(fh: BinaryIO, payload: bytes) -> None:
     fh.write(payload)
     fh.flush()
     os.fsync(fh.fileno())
+
+
+def write_lines(target: str | os.PathLike[str] | BinaryIO, lines: Sequence[str]) -> None:
+    """Append ``lines`` in one write and flush them to the operating system, without ``fsync``.
+
+    A process killed afterwards loses none of them (the kernel holds them); a power cut may, until
+    :func:`fsync_file`. For work that is cheap to redo (a replay sweep's scores).
+    """
+    if not lines:
+        return
+    payload = ("\n".join(lines) + "\n").encode("utf-8")
+    if isinstance(target, (str, os.PathLike)):
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "ab") as fh:
+            fh.write(payload)
+    else:
+        target.write(payload)
+        target.flush()
+
+
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """``fsync`` the file at ``path`` (what :func:`write_lines` left to the operating system)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

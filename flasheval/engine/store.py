@@ -9,8 +9,19 @@ runs of different models write into one folder at once, and a second run of the 
 refused when it opens the store, before it computes anything. A crash mid-write can leave one
 torn last line: on open it fails its checksum, is dropped with a warning and cut off the file,
 and no other line is touched. A corrupt line in the middle (disk damage) is skipped with a
-warning, the rest kept. A store written by an earlier release (one ``results.jsonl`` for every
-model) is read as it is and split into shards by the first writer that opens it.
+warning, the rest kept, and its request is recomputed when asked again: the one policy for a
+corrupt line, for evaluations, placements and sweeps alike. Why skipped and not refused: every line
+is a cache of a deterministic computation guarded by its checksum, so skipping one costs only that
+line's work and never serves a damaged value, while refusing would stop a run, or a sweep of days,
+on one bad sector until someone edits the file by hand.
+A store written by an earlier release (one ``results.jsonl`` for every model) is read as it is
+and split into shards by the first writer that opens it.
+
+The writer of a whole folder (a sweep, whose run folder holds one shard of per-example scores per
+checkpoint) holds the folder's lock (:func:`~flasheval.engine.store_shards.lock_folder`) instead of a
+lock per shard, and its stores keep no file open between batches (a sweep may hold hundreds); such a
+writer may also set :attr:`ResultStore.sync_each` to ``False`` (each batch written and flushed to the
+operating system, so a killed process loses none, and ``fsync``-ed by :meth:`ResultStore.sync`).
 
 The key is ``(model fingerprint, request key)``: the request key hashes the request's
 content only, so it does not depend on the world size, batch size, order or example id;
@@ -22,12 +33,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from flasheval.engine.base import Backend, OnResults
-from flasheval.engine.journal import append_lines
+from flasheval.engine.journal import append_lines, fsync_file, write_lines
 from flasheval.engine.store_shards import (
     encode_record,
     fsync_dir,
@@ -70,6 +81,12 @@ class ResultStore:
         The model whose results are read and written.
     writer
         ``True`` in the single process that appends (the main process); readers only load.
+    folder_locked
+        The caller holds ``folder``'s lock (:func:`~flasheval.engine.store_shards.lock_folder`): this writer
+        takes no shard lock and keeps no file open between batches.
+    contents
+        Readers only: start from these results and never read ``folder`` (what the other processes of a
+        launch hold of the main process's store when they share no filesystem with it).
 
     Raises
     ------
@@ -82,15 +99,22 @@ class ResultStore:
         The model's shard file.
     """
 
-    def __init__(self, folder: str | os.PathLike[str], *, fingerprint: str, writer: bool = True) -> None:
+    def __init__(self, folder: str | os.PathLike[str], *, fingerprint: str, writer: bool = True,
+                 folder_locked: bool = False, contents: Mapping[str, Result] | None = None) -> None:
+        if writer and contents is not None:
+            raise ValueError("contents are for readers (writer=False); a writer reads its shard")
         self.folder = Path(folder)
         self.path = shard_path(self.folder, fingerprint)
         self.fingerprint = fingerprint
         self.writer = writer
+        self.sync_each = True
+        """``True``: every batch is fsync-ed; ``False``: written and flushed, fsync-ed by :meth:`sync`."""
+        self._unsynced = False
+        self._folder_locked = folder_locked
         self._fh: BinaryIO | None = None
         self._lock_fd: int | None = None
         try:
-            self._results = self._open() if writer else self._read()
+            self._results = self._open() if writer else dict(contents) if contents is not None else self._read()
         except BaseException:
             self.close()
             raise
@@ -99,13 +123,17 @@ class ResultStore:
         """Migrate an old single file, take this model's lock, repair and load its shard, open it for appends."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         migrate_legacy(self.folder)
-        self._lock_fd = lock_shard(self.folder, self.fingerprint)
+        if not self._folder_locked:
+            self._lock_fd = lock_shard(self.folder, self.fingerprint)
         results = load_shard(self.path, self.fingerprint, writer=True)
         created = not self.path.exists()
         self._fh = self.path.open("ab")
         if created:
             os.fsync(self._fh.fileno())
             fsync_dir(self.path.parent)
+        if self._folder_locked:  # appends open the file by path
+            self._fh.close()
+            self._fh = None
         return results
 
     def _read(self) -> dict[str, Result]:
@@ -122,12 +150,29 @@ class ResultStore:
         return self._results.get(key)
 
     def put_many(self, pairs: Sequence[tuple[str, Result]]) -> None:
-        """Record finished results; the writer appends them durably (write, flush, fsync)."""
+        """Record finished results; the writer appends them durably (write, flush, fsync; see :attr:`sync_each`)."""
         fresh = [(key, result) for key, result in pairs if key not in self._results]
         for key, result in fresh:
             self._results[key] = result
-        if self._fh is not None and fresh:
-            append_lines(self._fh, [encode_record(self.fingerprint, key, result) for key, result in fresh])
+        if not self.writer or not fresh:
+            return
+        lines = [encode_record(self.fingerprint, key, result) for key, result in fresh]
+        target = self.path if self._fh is None else self._fh
+        if self.sync_each:
+            append_lines(target, lines)
+        else:
+            write_lines(target, lines)
+            self._unsynced = True
+
+    def results(self) -> dict[str, Result]:
+        """Every stored ``key -> result`` (a copy)."""
+        return dict(self._results)
+
+    def sync(self) -> None:
+        """``fsync`` what was appended since the last sync (``sync_each=False``); nothing to do otherwise."""
+        if self._unsynced:
+            fsync_file(self.path)
+            self._unsynced = False
 
     def close(self) -> None:
         """Close the file and release the writer lock."""

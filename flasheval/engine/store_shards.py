@@ -6,6 +6,7 @@ Layout of a store folder::
     <folder>/shards/<h>.lock           held (flock) by the one run writing that model
     <folder>/migration.lock            held while an old results.jsonl is split into shards
     <folder>/results.jsonl.migrated    the old single file, kept after migration (safe to delete)
+    <folder>/folder.lock               held (flock) by a writer of the whole folder (a sweep's run folder)
 
 Every line is one record, ``{"fp", "key", "kind", "result", "crc"}``, in the format the single-file
 store wrote (:func:`encode_record`), so the old file's lines move into shards byte for byte. A
@@ -16,7 +17,9 @@ opened.
 
 Recovery on open is the journal's (:mod:`flasheval.engine.journal`): a torn last line is cut off
 by the writer with a warning, a corrupt line in the middle is skipped with a warning naming
-``file:line``, and no other line is touched.
+``file:line``, and no other line is touched (the store's one policy for a corrupt line, and why:
+:mod:`flasheval.engine.store`). Besides request results a shard may hold per-example scores
+(:class:`~flasheval.engine.stored_score.StoredScore`, kind ``score``: a sweep checkpoint's).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine.journal import JournalContents, append_lines, read_journal, truncate_journal
+from flasheval.engine.stored_score import StoredScore
 from flasheval.errors import BackendError
 from flasheval.hashing import stable_hash
 from flasheval.types import GenerationResult, LoglikelihoodResult, Result, RollingLoglikelihoodResult
@@ -50,6 +54,8 @@ __all__ = [
     "migrate_legacy",
     "iter_store",
     "fsync_dir",
+    "lock_folder",
+    "FOLDER_LOCK",
 ]
 
 logger = logging.getLogger(__name__)
@@ -62,11 +68,15 @@ SHARDS_DIR = "shards"
 """The folder, inside a store folder, holding one ``<hash>.jsonl`` per model."""
 _LEGACY_LOCK = "results.lock"  # the lock file the single-file store's writer held
 _MIGRATION_LOCK = "migration.lock"
+FOLDER_LOCK = "folder.lock"
+"""Held by a writer of a whole store folder (:func:`lock_folder`)."""
+
 
 _KINDS: dict[str, type] = {
     "ll": LoglikelihoodResult,
     "gen": GenerationResult,
     "roll": RollingLoglikelihoodResult,
+    "score": StoredScore,
 }
 _KIND_OF = {cls: kind for kind, cls in _KINDS.items()}
 _SCALARS = (str, int, float, bool)
@@ -175,6 +185,14 @@ def _flock(path: Path, *, blocking: bool, folder: Path) -> int | None:
                                "on Lustre mount with -o flock, on NFS run the lock daemon (or use a local folder)") from exc
         raise
     return fd
+
+
+def lock_folder(folder: str | os.PathLike[str]) -> int | None:
+    """Hold ``<folder>/folder.lock`` (the folder is created if missing): its descriptor, or ``None`` when another
+    process holds it. The one writer of a whole folder (a sweep's run folder) takes it instead of shard locks."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return _flock(folder / FOLDER_LOCK, blocking=False, folder=folder)
 
 
 def lock_shard(folder: str | os.PathLike[str], fingerprint: str) -> int:

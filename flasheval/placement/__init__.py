@@ -13,9 +13,13 @@ One step of the method per module:
 * :mod:`~flasheval.placement.allocation` — how a look's examples are split across datasets (uniform, Neyman with costs);
 * :mod:`~flasheval.placement.calibration` — the looks' constant calibrated to the window rule;
 * :mod:`~flasheval.placement.looks`      — the looks fixed before the new model is scored: targets, variances, levels;
-* :mod:`~flasheval.placement.controller` — bootstrap rank at each stage, the ``place`` loop;
-* :mod:`~flasheval.placement.sweep`      — many checkpoints under one budget (racing);
-* :mod:`~flasheval.placement.sweep_store`, :mod:`~flasheval.placement.sweep_run` — a sweep's results store and run folder;
+* :mod:`~flasheval.placement.controller` — the one stage loop: a per-model controller (next look, take scores,
+  stop?), bootstrap rank at each look, ``place`` driving one controller;
+* :mod:`~flasheval.placement.sweep`      — many checkpoints under one budget (racing): a scheduler of controllers;
+* :mod:`~flasheval.placement.sweep_store`, :mod:`~flasheval.placement.sweep_folder` — a checkpoint's scores in the
+  results store; a sweep's run folder (settings, lock, a shard per checkpoint, the old layout migrated);
+* :mod:`~flasheval.placement.sweep_pool`, :mod:`~flasheval.placement.sweep_record` — the pool a sweep ranks against;
+  a replay sweep's truth and the record's payload;
 * :mod:`~flasheval.placement.sweep_models` — a live sweep's checkpoints, loaded on demand, at most N in memory;
 * :mod:`~flasheval.placement.backtest`, :mod:`~flasheval.placement.simulation` — leave-one-out backtests, synthetic pools;
 * :mod:`~flasheval.placement.fluid`      — Fluid Benchmarking (IRT, adaptive item selection) as a baseline;

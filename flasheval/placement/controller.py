@@ -1,81 +1,43 @@
-"""The placement loop: escalate nested subsamples until the rank is resolved.
+"""The placement core: one model's escalating stages, as a controller that a driver steps through.
 
-``place(...)`` is the thin loop around the pure stop rule (:func:`flasheval.placement.stop_rule.decide`
-says stop or escalate, and why), over looks fixed before the new model is scored
-(:func:`flasheval.placement.looks.look_plan`). Per dataset it takes the prefix of ONE seeded
-permutation (:func:`flasheval.stats.sampling.example_order`) as the stage's subsample, asks the
-scorer only for the example ids it has not scored yet, compares the new model with every reference
-model on the same examples (paired, dataset-stratified bootstrap, :mod:`flasheval.stats.bootstrap`),
-logs one line per stage and stops when the plan is satisfied, when every example is scored, or when
-the next stage would exceed the budget (status ``unresolved at budget``, with the best interval so far).
+A :class:`Controller` holds one model's placement on one pool (a small protocol, in the spirit of an
+early-stopping protocol): :meth:`~Controller.next_stage` says what to score next (the example ids per
+dataset of the next look, the prefix of ONE seeded permutation per dataset,
+:func:`flasheval.stats.sampling.example_order`), :meth:`~Controller.projected` what that would cost,
+:meth:`~Controller.take` takes the scores, compares the model with every reference model on the same
+examples (paired, dataset-stratified bootstrap, :func:`stage_rank`) and applies the pure stop rule
+(:func:`flasheval.placement.stop_rule.decide`); :attr:`~Controller.active` says whether it goes on and
+:meth:`~Controller.result` what it found. The looks (stages, per-dataset targets under the plan's
+allocation, levels under its correction) are fixed before any model is scored
+(:func:`flasheval.placement.looks.look_plan`) and shared by every controller of a :class:`Course`.
+
+This is the only stage loop. Its drivers: :func:`place` (one model under its own budget: a stage that
+would exceed it is not started, status ``unresolved at budget``), the backtest (``place`` on every
+held-out model) and the sweep (:func:`flasheval.placement.sweep.sweep`: a scheduler that gives
+controllers of many checkpoints their next stage, round by round, under one total budget).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from flasheval.hashing import derive_seed
 from flasheval.placement.looks import LookPlan, for_budget, look_plan
 from flasheval.placement.results import Budget, Compute, PlacementResult, StageRecord
-from flasheval.placement.scorers import ExampleScorer
+from flasheval.placement.scorers import ExampleScorer, ScoredExamples
 from flasheval.placement.stop_rule import decide
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.bootstrap import RankDistribution, rank_distribution
 from flasheval.stats.sampling import example_order
 
-__all__ = ["place", "plan_looks", "stage_rank"]
+__all__ = ["Course", "StageRequest", "Controller", "course", "score_request", "place", "plan_looks", "stage_rank"]
 
 logger = logging.getLogger(__name__)
-
-
-class _Scored:
-    """Scores gathered so far for one dataset (prefix of the dataset's order)."""
-
-    def __init__(self) -> None:
-        self.scores: list[np.ndarray] = []
-        self.tokens: list[np.ndarray] | None = []
-        self.n = 0
-
-    def add(self, scores: np.ndarray, tokens: np.ndarray | None) -> None:
-        self.scores.append(scores)
-        self.n += len(scores)
-        if tokens is None:
-            self.tokens = None
-        elif self.tokens is not None:
-            self.tokens.append(tokens)
-
-    @property
-    def n_tokens(self) -> int | None:
-        return None if self.tokens is None else int(sum(t.sum() for t in self.tokens))
-
-
-def _compute(gathered: list[_Scored], sizes: list[int], n_parameters: int | None) -> Compute:
-    used = sum(g.n for g in gathered)
-    tokens = [g.n_tokens for g in gathered]
-    n_tokens = None if any(t is None for t in tokens) or used == 0 else int(sum(tokens))  # type: ignore[arg-type]
-    full_tokens = None
-    if n_tokens is not None and all(g.n for g in gathered):
-        full_tokens = float(sum(t / g.n * size for t, g, size in zip(tokens, gathered, sizes)))  # type: ignore[operator]
-    flops = None if n_tokens is None or n_parameters is None else 2.0 * n_parameters * n_tokens
-    full_flops = None if full_tokens is None or n_parameters is None else 2.0 * n_parameters * full_tokens
-    return Compute(n_examples=used, full_examples=int(sum(sizes)), n_tokens=n_tokens, full_tokens=full_tokens,
-                   flops=flops, full_flops=full_flops)
-
-
-def _project(gathered: list[_Scored], targets: list[int], n_parameters: int | None) -> tuple[int, float | None, float | None]:
-    """Projected totals (examples, tokens, FLOPs) after scoring up to ``targets``."""
-    examples = int(sum(targets))
-    used = sum(g.n for g in gathered)
-    tokens = [g.n_tokens for g in gathered]
-    if used == 0 or any(t is None for t in tokens):
-        return examples, None, None
-    per_example = sum(tokens) / used  # type: ignore[arg-type]
-    projected = float(per_example * examples)
-    return examples, projected, None if n_parameters is None else 2.0 * n_parameters * projected
 
 
 def stage_rank(
@@ -114,18 +76,6 @@ def _nested_orders(reference: ReferenceLeaderboard, seed: int) -> tuple[list[tup
     return orders, positions
 
 
-def _score_new(scorer: ExampleScorer, names: tuple[str, ...], orders: list[tuple[str, ...]], gathered: list[_Scored],
-               targets: list[int]) -> None:
-    """Ask the scorer for the examples between what is scored and ``targets`` (only new ids)."""
-    for name, order, g, target in zip(names, orders, gathered, targets):
-        new_ids = order[g.n:target]
-        if new_ids:
-            got = scorer.score(name, new_ids)
-            if got.scores.shape != (len(new_ids),):
-                raise ValueError(f"scorer returned {got.scores.shape} scores for {len(new_ids)} examples of {name}")
-            g.add(got.scores.astype(np.float64), got.n_tokens)
-
-
 def plan_looks(reference: ReferenceLeaderboard, plan: TierPlan, *, budget: Budget | None = None,
                aggregate: str | None = None) -> LookPlan:
     """The looks :func:`place` takes on ``reference`` with ``plan`` under ``budget`` (its ``looks=`` argument).
@@ -137,6 +87,214 @@ def plan_looks(reference: ReferenceLeaderboard, plan: TierPlan, *, budget: Budge
     if for_budget(plan, budget or Budget()) is not plan:
         logger.info("a budget cap may end the run before the rule stops it: the looks use Pocock's constant")
     return look_plan(reference, for_budget(plan, budget or Budget()), aggregate)
+
+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class Course:
+    """What every placement on one pool with one plan, seed and looks follows (build it with :func:`course`)."""
+
+    reference: ReferenceLeaderboard
+    """The pool (the models placed are not in it)."""
+    plan: TierPlan
+    """The tier plan, scaled to the pool (:meth:`TierPlan.for_pool`)."""
+    looks: LookPlan
+    """Every look's stage, per-dataset targets and level."""
+    seed: int
+    """Fixes each dataset's example order and the bootstrap streams."""
+    aggregate: str | None
+    """Aggregate over datasets (``None``: the reference's)."""
+    low_rank: int | None
+    """Racing (the sweep): a look whose interval lies at or below this rank stops as ``clearly low``."""
+    orders: tuple[tuple[str, ...], ...]
+    """Per dataset, the seeded example order."""
+    positions: tuple[np.ndarray, ...]
+    """Per dataset, the score matrix's column of each example of the order."""
+    sizes: tuple[int, ...]
+    """Examples per dataset."""
+
+
+def course(reference: ReferenceLeaderboard, plan: TierPlan, *, seed: int, looks: LookPlan, aggregate: str | None = None,
+           low_rank: int | None = None) -> Course:
+    """The :class:`Course` of placements on ``reference`` with ``plan`` (scaled here), ``seed`` and ``looks``."""
+    orders, positions = _nested_orders(reference, seed)
+    return Course(reference=reference, plan=plan.for_pool(reference.n_models + 1), looks=looks, seed=seed,
+                  aggregate=aggregate, low_rank=low_rank, orders=tuple(orders), positions=tuple(positions),
+                  sizes=tuple(len(ids) for ids in reference.example_ids))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class StageRequest:
+    """What a controller asks to score next: its next look."""
+
+    look: int
+    """Index of the look (into :attr:`Course.looks`)."""
+    stage: int
+    """Index into the plan's stages."""
+    stage_size: int | None
+    """The plan's examples per dataset at that stage (``None`` = all)."""
+    targets: tuple[int, ...]
+    """Examples per dataset scored once the look is served."""
+    example_ids: tuple[tuple[str, ...], ...]
+    """Per dataset, the example ids still to score (the next slice of its order; may be empty)."""
+
+    @property
+    def n_new(self) -> int:
+        """Examples the look adds."""
+        return sum(len(ids) for ids in self.example_ids)
+
+
+def score_request(scorer: ExampleScorer, names: Sequence[str], request: StageRequest) -> list[ScoredExamples | None]:
+    """Ask ``scorer`` for the ids of ``request`` (per dataset of ``names``; ``None`` where there are none)."""
+    out: list[ScoredExamples | None] = []
+    for name, ids in zip(names, request.example_ids):
+        got = scorer.score(name, ids) if ids else None
+        if got is not None and got.scores.shape != (len(ids),):
+            raise ValueError(f"scorer returned {got.scores.shape} scores for {len(ids)} examples of {name}")
+        out.append(got)
+    return out
+
+
+class Controller:
+    """One model's placement on the pool of ``course`` (module docstring): the only stage loop's state.
+
+    Parameters
+    ----------
+    course
+        The pool, plan, looks, seed and example orders.
+    model_id
+        The model placed (for the record).
+    n_parameters
+        Its parameters, for the FLOPs estimate (``None`` when unknown).
+    """
+
+    def __init__(self, course: Course, *, model_id: str, n_parameters: int | None = None) -> None:
+        self.course = course
+        self.model_id = model_id
+        self.n_parameters = n_parameters
+        n_datasets = len(course.sizes)
+        self.n = [0] * n_datasets
+        """Examples scored per dataset (a prefix of each order)."""
+        self._scores: list[list[np.ndarray]] = [[] for _ in range(n_datasets)]
+        self._tokens: list[int | None] = [0] * n_datasets
+        self._joined: list[np.ndarray] | None = None
+        self.records: list[StageRecord] = []
+        """Every look taken."""
+        self.dist: RankDistribution | None = None
+        """The last look's rank distribution."""
+        self.status = "active"
+        """``active``, then ``resolved``, ``clearly low`` (racing) or ``unresolved at budget``."""
+        self.reason = ""
+
+    @property
+    def active(self) -> bool:
+        return self.status == "active"
+
+    @property
+    def n_examples(self) -> int:
+        return sum(self.n)
+
+    @property
+    def n_tokens(self) -> int | None:
+        """Tokens of every example scored (``None`` once a batch came without token counts)."""
+        return None if any(t is None for t in self._tokens) else sum(self._tokens)  # type: ignore[misc]
+
+    @property
+    def placed(self) -> int | None:
+        """The rank reported after the last look (the ``window`` rule may report another than the point rank)."""
+        return self.records[-1].rank if self.records else None
+
+    def next_stage(self) -> StageRequest | None:
+        """The next look to serve (``None`` once stopped, or when no look is left)."""
+        look = len(self.records)
+        if not self.active or look >= len(self.course.looks.stages):
+            return None
+        k, targets = self.course.looks.stages[look], self.course.looks.targets[look]
+        return StageRequest(look=look, stage=k, stage_size=self.course.plan.stages[k], targets=targets,
+                            example_ids=tuple(o[n:t] for o, n, t in zip(self.course.orders, self.n, targets)))
+
+    def projected(self, request: StageRequest) -> tuple[int, float | None, float | None]:
+        """This model's examples, tokens and FLOPs once ``request`` is served (tokens at the rate seen so far)."""
+        examples = int(sum(request.targets))
+        used, tokens = self.n_examples, self._tokens
+        if used == 0 or any(t is None for t in tokens):
+            return examples, None, None
+        projected = float(sum(tokens) / used * examples)  # type: ignore[arg-type]
+        return examples, projected, None if self.n_parameters is None else 2.0 * self.n_parameters * projected
+
+    def take(self, request: StageRequest, scored: Sequence[ScoredExamples | None]) -> StageRecord:
+        """Add the scores of ``request`` (per dataset, as :func:`score_request` returns them), look and decide."""
+        for d, got in enumerate(scored):
+            if got is not None and len(got.scores):
+                self._add(d, got)
+        c = self.course
+        level = c.looks.levels[request.look]
+        dist = stage_rank(c.reference, self.joined(), self.columns(), aggregate=c.aggregate,
+                          n_resamples=c.plan.n_resamples, confidence_level=level,
+                          rng=derive_seed(c.seed, "bootstrap", request.look), estimator=c.plan.estimator)
+        is_last = all(n == size for n, size in zip(self.n, c.sizes))
+        decision = decide(plan=c.plan, stage_size=request.stage_size, rank=dist.rank, interval=dist.interval,
+                          is_last=is_last, mid_rank=dist.mid_rank)
+        rank = dist.rank if decision.rank is None else decision.rank
+        tier = c.plan.tier_for(rank)
+        self.dist = dist
+        self.records.append(StageRecord(
+            stage=request.stage, stage_size=request.stage_size, n_examples=tuple(self.n), rank=rank,
+            mid_rank=dist.mid_rank, interval=dist.interval, confidence_level=level, tier=tier.label,
+            resolution=tier.resolution, decision="stop" if decision.stop else "escalate", reason=decision.reason))
+        if decision.stop:
+            self.status, self.reason = "resolved", decision.reason
+        elif c.low_rank is not None and dist.interval[0] >= c.low_rank:
+            self.status = "clearly low"
+            self.reason = f"interval [{dist.interval[0]}, {dist.interval[1]}] lies at or below rank {c.low_rank}"
+        return self.records[-1]
+
+    def _add(self, d: int, got: ScoredExamples) -> None:
+        self._scores[d].append(got.scores.astype(np.float64))
+        self.n[d] += len(got.scores)
+        self._joined = None
+        tokens = self._tokens[d]
+        self._tokens[d] = None if got.n_tokens is None or tokens is None else tokens + int(got.n_tokens.sum())
+
+    def halt(self, reason: str) -> None:
+        """End the placement where it is: the budget cannot pay for its next stage."""
+        self.status, self.reason = "unresolved at budget", reason
+
+    def joined(self) -> list[np.ndarray]:
+        """Every dataset's scores so far, one array each (joined once per look, then kept in one piece)."""
+        if self._joined is None:
+            self._joined = [np.concatenate(s) if s else np.empty(0) for s in self._scores]
+            self._scores = [[j] if len(j) else [] for j in self._joined]
+        return self._joined
+
+    def columns(self) -> list[np.ndarray]:
+        """Per dataset, the score matrix's columns of the examples scored so far."""
+        return [p[:n] for p, n in zip(self.course.positions, self.n)]
+
+    def compute(self) -> Compute:
+        """Compute spent, and a full run's (tokens extrapolated per dataset from the tokens per example seen)."""
+        used, tokens, sizes = self.n_examples, self._tokens, self.course.sizes
+        n_tokens = None if any(t is None for t in tokens) or used == 0 else int(sum(tokens))  # type: ignore[arg-type]
+        full_tokens = None
+        if n_tokens is not None and all(self.n):
+            full_tokens = float(sum(t / n * size for t, n, size in zip(tokens, self.n, sizes)))  # type: ignore[operator]
+        p = self.n_parameters
+        return Compute(n_examples=used, full_examples=int(sum(sizes)), n_tokens=n_tokens, full_tokens=full_tokens,
+                       flops=None if n_tokens is None or p is None else 2.0 * p * n_tokens,
+                       full_flops=None if full_tokens is None or p is None else 2.0 * p * full_tokens)
+
+    def result(self) -> PlacementResult:
+        """The placement: the last look's rank, interval and tier (or none, when no stage ran)."""
+        c, last = self.course, (self.records[-1] if self.records else None)
+        n_total = c.reference.n_models + 1
+        return PlacementResult(
+            model_id=self.model_id, reference=c.reference.name, plan=c.plan.name, seed=c.seed,
+            status="unresolved at budget" if self.active else self.status, reason=self.reason,
+            rank=None if last is None else last.rank, interval=(1, n_total) if last is None else last.interval,
+            confidence_level=c.plan.confidence_level, tier=None if last is None else last.tier,
+            resolution=None if last is None else last.resolution, n_models=c.reference.n_models,
+            stages=tuple(self.records), compute=self.compute())
 
 
 def place(
@@ -151,7 +309,7 @@ def place(
     looks: LookPlan | None = None,
     on_stage: Callable[[StageRecord, int], None] | None = None,
 ) -> PlacementResult:
-    """Place a model on ``reference`` by escalating nested subsamples (see the module docstring).
+    """Place a model on ``reference`` by escalating nested subsamples: a :class:`Controller` stepped to its end.
 
     Parameters
     ----------
@@ -160,7 +318,7 @@ def place(
     scorer
         Produces the new model's per-example scores; asked only for ids not yet scored.
     plan
-        Stages, tiers, stop rule, confidence level and multiple-look correction.
+        Stages, tiers, stop rule, confidence level, multiple-look correction and allocation.
     model_id
         Name of the new model (for the record).
     seed
@@ -177,48 +335,20 @@ def place(
         Called with each stage's record and the plan's number of stages as the stage finishes (progress).
     """
     budget = budget or Budget()
-    plan = plan.for_pool(reference.n_models + 1)
-    sizes = [len(ids) for ids in reference.example_ids]
-    orders, positions = _nested_orders(reference, seed)
-    gathered = [_Scored() for _ in sizes]
-    n_parameters = getattr(scorer, "n_parameters", None)
-    records: list[StageRecord] = []
-    status, reason = "unresolved at budget", ""
     if looks is None:
         looks = plan_looks(reference, plan, budget=budget, aggregate=aggregate)
-    for look, (k, targets, level) in enumerate(zip(looks.stages, looks.targets, looks.levels)):
-        stage_size = plan.stages[k]
-        over = budget.exceeded_by(**dict(zip(("examples", "tokens", "flops"), _project(gathered, list(targets), n_parameters))))
+    controller = Controller(course(reference, plan, seed=seed, looks=looks, aggregate=aggregate), model_id=model_id,
+                            n_parameters=getattr(scorer, "n_parameters", None))
+    n_stages = len(plan.stages)
+    while (request := controller.next_stage()) is not None:
+        examples, tokens, flops = controller.projected(request)
+        over = budget.exceeded_by(examples=examples, tokens=tokens, flops=flops)
         if over is not None:
-            reason = f"stage {k + 1} would need {over}"
-            logger.info("stage %d/%d: not started, %s: unresolved at budget", k + 1, len(plan.stages), over)
+            controller.halt(f"stage {request.stage + 1} would need {over}")
+            logger.info("stage %d/%d: not started, %s: unresolved at budget", request.stage + 1, n_stages, over)
             break
-        _score_new(scorer, reference.dataset_names, orders, gathered, list(targets))
-        dist = stage_rank(reference, [np.concatenate(g.scores) for g in gathered],
-                          [positions[d][:g.n] for d, g in enumerate(gathered)], aggregate=aggregate,
-                          n_resamples=plan.n_resamples, confidence_level=level,
-                          rng=derive_seed(seed, "bootstrap", look), estimator=plan.estimator)
-        is_last = all(g.n == n for g, n in zip(gathered, sizes))
-        decision = decide(plan=plan, stage_size=stage_size, rank=dist.rank, interval=dist.interval, is_last=is_last,
-                          mid_rank=dist.mid_rank)
-        rank = dist.rank if decision.rank is None else decision.rank
-        tier = plan.tier_for(rank)
-        records.append(StageRecord(
-            stage=k, stage_size=stage_size, n_examples=tuple(g.n for g in gathered), rank=rank,
-            mid_rank=dist.mid_rank, interval=dist.interval, confidence_level=level, tier=tier.label,
-            resolution=tier.resolution, decision="stop" if decision.stop else "escalate", reason=decision.reason))
-        logger.info(records[-1].log_line(len(plan.stages)))
+        record = controller.take(request, score_request(scorer, reference.dataset_names, request))
+        logger.info(record.log_line(n_stages))
         if on_stage is not None:
-            on_stage(records[-1], len(plan.stages))
-        if decision.stop:
-            status, reason = "resolved", decision.reason
-            break
-    n_total = reference.n_models + 1
-    last = records[-1] if records else None
-    return PlacementResult(
-        model_id=model_id, reference=reference.name, plan=plan.name, seed=seed, status=status, reason=reason,
-        rank=None if last is None else last.rank, interval=(1, n_total) if last is None else last.interval,
-        confidence_level=plan.confidence_level, tier=None if last is None else last.tier,
-        resolution=None if last is None else last.resolution, n_models=reference.n_models,
-        stages=tuple(records), compute=_compute(gathered, sizes, n_parameters),
-    )
+            on_stage(record, n_stages)
+    return controller.result()

@@ -4,7 +4,7 @@ The controller asks for the scores of a batch of example ids of one task, only e
 not asked for before, in the nested order of :func:`flasheval.stats.sampling.example_order`. A replay
 scorer (:class:`flasheval.placement.replay.ReplayScorer`) serves recorded scores; a live scorer
 (:class:`LiveScorer`, here) runs a model now. Both implement :class:`ExampleScorer`; a
-:class:`~flasheval.placement.sweep_store.StoredScorer` puts the sweep's results store in front of either.
+:class:`~flasheval.placement.sweep_store.StoredScorer` puts a sweep checkpoint's results store in front of either.
 """
 
 from __future__ import annotations

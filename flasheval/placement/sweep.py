@@ -1,51 +1,54 @@
 """Budget-capped sweeps: place many checkpoints at once, spending where it changes a decision.
 
-Every checkpoint is scored on the SAME nested subsamples (prefixes of one seeded order per
-dataset, :func:`flasheval.stats.sampling.example_order`), so checkpoints are comparable with each
-other (paired), not only with the reference pool. The sweep runs in rounds; in each round:
+A sweep is a scheduler of placement controllers (:class:`flasheval.placement.controller.Controller`,
+the one stage loop that ``place`` and the backtest drive too), one per checkpoint, all on ONE
+:class:`~flasheval.placement.controller.Course`: the same looks as ``place`` under the sweep's budget
+(the plan's stages, allocation, correction and stop rule), and the SAME nested subsamples (prefixes of
+one seeded order per dataset, :func:`flasheval.stats.sampling.example_order`), so checkpoints are
+comparable with each other (paired), not only with the reference pool. The sweep runs in rounds; in
+each round:
 
-1. every checkpoint that is still *active* asks for its next stage of the tier plan;
-2. the requests are served in priority order while the total budget lasts: first checkpoints
+1. every controller that is still *active* says what its next look would score;
+2. the looks are served in priority order while the total budget lasts: first checkpoints
    with no look yet (everyone gets the first stage), then those whose rank interval still
    overlaps a tier boundary, the top tiers first (lowest possible rank first), then the rest;
-   a stage that would exceed the budget is not started;
-3. each served checkpoint is ranked against the pool (:func:`flasheval.placement.controller.stage_rank`,
-   the same statistics as ``place``) and the plan's stop rule decides (``resolved``); a
-   checkpoint whose whole interval lies at or below ``low_rank`` (default: the first rank of
-   the plan's open-ended last tier) stops as ``clearly low`` (racing: its tier is settled and
-   its precise rank changes no decision).
+   a look that would exceed the budget is not started;
+3. each served controller ranks its checkpoint against the pool (the same statistics as ``place``)
+   and the plan's stop rule decides (``resolved``); a checkpoint whose whole interval lies at or
+   below ``low_rank`` (default: the first rank of the plan's open-ended last tier) stops as
+   ``clearly low`` (racing: its tier is settled and its precise rank changes no decision).
 
-The sweep ends when no checkpoint is active or the budget cannot pay for any next stage
+The sweep ends when no checkpoint is active or the budget cannot pay for any next look
 (those left are ``unresolved at budget``, with their last interval). The checkpoints' order
-among themselves comes with its own bootstrap intervals (:func:`checkpoint_order`).
+among themselves comes with its own bootstrap intervals (:func:`checkpoint_order`). A one-checkpoint
+sweep that does not race places its checkpoint exactly as ``place`` does under the same budget.
 
-Resumable: scores go through a :class:`~flasheval.placement.sweep_store.ResultsStore`; decisions depend
-only on the scores and the seed, so a rerun after a crash replays the finished work from the
-store, spends nothing twice and ends with the same result.
+Resumable: scores go through the run folder's results store
+(:mod:`flasheval.placement.sweep_store`); decisions depend only on the scores and the seed, so a
+rerun after a crash replays the finished work from the store, spends nothing twice and ends with
+the same result.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from flasheval.errors import InputError
 from flasheval.hashing import derive_seed
-from flasheval.placement.controller import stage_rank
-from flasheval.placement.looks import for_budget, look_plan, stage_targets
+from flasheval.placement.controller import Controller, course, score_request
+from flasheval.placement.looks import first_look, for_budget, look_plan
 from flasheval.placement.results import Budget
 from flasheval.placement.scorers import ExampleScorer
-from flasheval.placement.stop_rule import decide
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.bootstrap import control_variate_means, percentile_interval
 from flasheval.stats.ranking import aggregate as aggregate_values
 from flasheval.stats.ranking import competition_ranks
-from flasheval.stats.sampling import example_order
 
 __all__ = ["SweepStage", "CheckpointResult", "OrderEntry", "SweepResult", "sweep", "check_sweep_budget", "checkpoint_order",
            "STATUSES"]
@@ -147,57 +150,7 @@ class SweepResult:
         return out
 
 
-class _Checkpoint:
-    """Mutable state of one checkpoint during the sweep."""
-
-    def __init__(self, model_id: str, scorer: ExampleScorer, n_datasets: int) -> None:
-        self.model_id = model_id
-        self.scorer = scorer
-        self.scores: list[list[np.ndarray]] = [[] for _ in range(n_datasets)]
-        self.tokens: list[list[np.ndarray]] | None = [[] for _ in range(n_datasets)]
-        self.n = [0] * n_datasets
-        self.tokens_total = 0
-        self._joined: list[np.ndarray] | None = None
-        self.next_stage = 0
-        self.status = "active"
-        self.reason = ""
-        self.looks: list[SweepStage] = []
-        self.dist = None
-        self.placed: int | None = None
-        """Rank reported after the last look (the ``window`` rule may report a rank other than the point rank)."""
-
-    def add(self, d: int, scores: np.ndarray, tokens: np.ndarray | None) -> None:
-        self.scores[d].append(scores)
-        self.n[d] += len(scores)
-        self._joined = None
-        if tokens is None:
-            self.tokens = None
-        elif self.tokens is not None:
-            self.tokens[d].append(tokens)
-            self.tokens_total += int(tokens.sum())
-
-    def joined(self) -> list[np.ndarray]:
-        """Every dataset's scores so far, one array each (joined once per look, then kept in one piece)."""
-        if self._joined is None:
-            self._joined = [np.concatenate(s) if s else np.empty(0) for s in self.scores]
-            self.scores = [[j] if len(j) else [] for j in self._joined]
-        return self._joined
-
-    @property
-    def n_tokens(self) -> int | None:
-        return None if self.tokens is None else self.tokens_total
-
-
-def _next_targets(c: _Checkpoint, plan: TierPlan, sizes: list[int]) -> tuple[int, list[int]] | None:
-    """The next plan stage that adds examples to ``c``, with its per-dataset targets."""
-    for k in range(c.next_stage, len(plan.stages)):
-        targets = stage_targets(plan.stages[k], sizes)
-        if targets != c.n:
-            return k, targets
-    return None
-
-
-def _priority(c: _Checkpoint, plan: TierPlan) -> tuple[int, int, int]:
+def _priority(c: Controller, plan: TierPlan) -> tuple[int, int, int]:
     """Sort key: no look yet first; then intervals overlapping a tier boundary, best possible rank first."""
     if c.dist is None:
         return (0, 0, 0)
@@ -206,10 +159,10 @@ def _priority(c: _Checkpoint, plan: TierPlan) -> tuple[int, int, int]:
     return (1 if crosses else 2, lo, -(hi - lo))
 
 
-def _spent(state: list[_Checkpoint]) -> tuple[int, float | None]:
+def _spent(state: list[Controller]) -> tuple[int, float | None]:
     """Examples and tokens (``None`` unless every scored checkpoint reports tokens) spent so far."""
-    examples = sum(sum(c.n) for c in state)
-    scored = [c for c in state if sum(c.n)]
+    examples = sum(c.n_examples for c in state)
+    scored = [c for c in state if c.n_examples]
     if not scored or any(c.n_tokens is None for c in scored):
         return examples, None
     return examples, float(sum(c.n_tokens or 0 for c in scored))
@@ -218,7 +171,7 @@ def _spent(state: list[_Checkpoint]) -> tuple[int, float | None]:
 class _Spent:
     """:func:`_spent`, kept up to date as stages are served: a round costs the same whatever rounds came before."""
 
-    def __init__(self, state: list[_Checkpoint]) -> None:
+    def __init__(self, state: list[Controller]) -> None:
         self.examples = 0
         self._tokens = 0
         self._scored = 0
@@ -230,7 +183,7 @@ class _Spent:
     def tokens(self) -> float | None:
         return None if not self._scored or self._without_tokens else float(self._tokens)
 
-    def add(self, before: tuple[int, int | None], c: _Checkpoint) -> None:
+    def add(self, before: tuple[int, int | None], c: Controller) -> None:
         """Account for ``c``'s stage just served; ``before``: its examples and tokens before it."""
         examples_before, tokens_before = before
         if examples_before:  # take out what it counted for before
@@ -239,93 +192,58 @@ class _Spent:
                 self._without_tokens -= 1
             else:
                 self._tokens -= tokens_before
-        self.examples += sum(c.n) - examples_before
-        if sum(c.n):
+        self.examples += c.n_examples - examples_before
+        if c.n_examples:
             self._scored += 1
             if c.n_tokens is None:
                 self._without_tokens += 1
             else:
                 self._tokens += c.n_tokens
 
+    def projected(self, c: Controller, extra: int) -> tuple[int, float | None]:
+        """Total examples and tokens once ``c`` scores ``extra`` more (tokens at its rate so far, else the sweep's)."""
+        examples, tokens = self.examples, self.tokens
+        if tokens is None:
+            return examples + extra, None
+        own = c.n_tokens
+        rate = own / c.n_examples if c.n_examples and own is not None else tokens / max(examples, 1)
+        return examples + extra, tokens + rate * extra
 
-def _projected(c: _Checkpoint, targets: list[int], spent: _Spent) -> tuple[int, float | None]:
-    """Examples and tokens after moving ``c`` to ``targets`` (tokens at the rate seen so far)."""
-    examples, tokens = spent.examples, spent.tokens
-    extra = sum(t - n for t, n in zip(targets, c.n))
-    if tokens is None:
-        return examples + extra, None
-    rate = c.n_tokens / sum(c.n) if sum(c.n) and c.n_tokens is not None else tokens / max(examples, 1)
-    return examples + extra, tokens + rate * extra
 
-
-def check_sweep_budget(budget: Budget, plan: TierPlan, reference: ReferenceLeaderboard, n_checkpoints: int) -> None:
-    """Refuse a budget smaller than one first stage for every checkpoint (``reference``: the pool, held out);
-    :func:`sweep` checks it too, callers check it before they write anything."""
+def check_sweep_budget(budget: Budget, plan: TierPlan, reference: ReferenceLeaderboard, n_checkpoints: int, *,
+                       aggregate: str | None = None) -> None:
+    """Refuse a budget smaller than one first look for every checkpoint (``reference``: the pool, held out; the
+    first look under the plan's allocation); :func:`sweep` checks it too, callers check it before they write."""
     plan = plan.for_pool(reference.n_models + 1)
-    first = sum(stage_targets(plan.stages[0], [len(ids) for ids in reference.example_ids]))
+    first = sum(first_look(reference, plan, aggregate)[1])
     if budget.max_examples is not None and budget.max_examples < first * n_checkpoints:
         raise InputError(f"budget of {budget.max_examples} examples is smaller than one stage for every checkpoint "
                          f"({n_checkpoints} x {first} = {first * n_checkpoints} examples for stage 1 of plan {plan.name})",
                          field="--budget-examples")
 
 
-def _look(c: _Checkpoint, reference: ReferenceLeaderboard, plan: TierPlan, positions: list[np.ndarray], *,
-          stage_size: int | None, round_: int, seed: int, aggregate: str | None, low_rank: int,
-          levels: tuple[float, ...]) -> None:
-    """Rank ``c`` on what it has, apply the stop rule and the racing rule."""
-    look = len(c.looks)
-    level = levels[look]
-    dist = stage_rank(reference, c.joined(), [positions[d][:n] for d, n in enumerate(c.n)], aggregate=aggregate,
-                      n_resamples=plan.n_resamples, confidence_level=level, rng=derive_seed(seed, "bootstrap", look),
-                      estimator=plan.estimator)
-    c.dist = dist
-    c.looks.append(SweepStage(round=round_, stage_size=stage_size, n_examples=sum(c.n), rank=dist.rank,
-                              interval=dist.interval, confidence_level=level))
-    is_last = all(n == size for n, size in zip(c.n, (len(e) for e in reference.example_ids)))
-    decision = decide(plan=plan, stage_size=stage_size, rank=dist.rank, interval=dist.interval, is_last=is_last,
-                      mid_rank=dist.mid_rank)
-    c.placed = dist.rank if decision.rank is None else decision.rank
-    if decision.stop:
-        c.status, c.reason = "resolved", decision.reason
-    elif dist.interval[0] >= low_rank:
-        c.status, c.reason = "clearly low", f"interval [{dist.interval[0]}, {dist.interval[1]}] lies at or below rank {low_rank}"
-    logger.info("round %d: %s rank %d [%d, %d] after %d examples: %s", round_, c.model_id, dist.rank, *dist.interval,
-                sum(c.n), c.status if c.status != "active" else decision.reason)
-
-
-def _serve(c: _Checkpoint, reference: ReferenceLeaderboard, orders: list[tuple[str, ...]], targets: list[int]) -> None:
-    for d, name in enumerate(reference.dataset_names):
-        new_ids = orders[d][c.n[d]:targets[d]]
-        if new_ids:
-            got = c.scorer.score(name, new_ids)
-            if got.scores.shape != (len(new_ids),):
-                raise ValueError(f"scorer returned {got.scores.shape} scores for {len(new_ids)} examples of {name}")
-            c.add(d, got.scores.astype(np.float64), got.n_tokens)
-
-
-def _round(state: list[_Checkpoint], reference: ReferenceLeaderboard, plan: TierPlan, ctx: dict[str, Any],
-           round_: int) -> bool:
-    """One round: serve the active checkpoints' next stages in priority order within the budget."""
-    budget: Budget = ctx["budget"]
+def _round(state: list[Controller], scorers: dict[str, ExampleScorer], budget: Budget, spent: _Spent,
+           round_: int, looked: dict[str, list[tuple[int, int]]]) -> bool:
+    """One round: give the active controllers their next stage in priority order, as far as the budget pays."""
     served = False
-    for c in sorted((c for c in state if c.status == "active"), key=lambda c: (_priority(c, plan), c.model_id)):
-        nxt = _next_targets(c, plan, ctx["sizes"])
-        if nxt is None:  # every example scored: the last look already resolved it
+    plan = state[0].course.plan
+    names = state[0].course.reference.dataset_names
+    for c in sorted((c for c in state if c.active), key=lambda c: (_priority(c, plan), c.model_id)):
+        request = c.next_stage()
+        if request is None:  # every example scored: the last look already resolved it
             continue
-        k, targets = nxt
-        examples, tokens = _projected(c, targets, ctx["spent"])
-        flops = None if tokens is None or ctx["n_parameters"] is None else 2.0 * ctx["n_parameters"] * tokens
+        examples, tokens = spent.projected(c, request.n_new)
+        flops = None if tokens is None or c.n_parameters is None else 2.0 * c.n_parameters * tokens
         if budget.exceeded_by(examples=examples, tokens=tokens, flops=flops) is not None:
             continue
-        before = (sum(c.n), c.n_tokens)
-        _serve(c, reference, ctx["orders"], targets)
-        ctx["spent"].add(before, c)
-        c.next_stage = k + 1
-        _look(c, reference, plan, ctx["positions"], stage_size=plan.stages[k], round_=round_, seed=ctx["seed"],
-              aggregate=ctx["aggregate"], low_rank=ctx["low_rank"], levels=ctx["levels"])
+        before = (c.n_examples, c.n_tokens)
+        c.take(request, score_request(scorers[c.model_id], names, request))
+        spent.add(before, c)
+        looked[c.model_id].append((round_, c.dist.rank))  # type: ignore[union-attr]
+        logger.info("round %d: %s rank %d [%d, %d] after %d examples: %s", round_, c.model_id, c.dist.rank,
+                    *c.dist.interval, c.n_examples, c.status if not c.active else c.records[-1].reason)
         served = True
     return served
-
 
 def checkpoint_order(
     reference: ReferenceLeaderboard,
@@ -374,17 +292,23 @@ def checkpoint_order(
     return tuple(sorted(out, key=lambda o: (o.rank, o.model_id)))
 
 
-def _result(c: _Checkpoint, plan: TierPlan, sizes: list[int], n_parameters: int | None, n_total: int) -> CheckpointResult:
-    dist = c.dist
-    tier = None if c.placed is None else plan.tier_for(c.placed)
-    used = sum(c.n)
+def _result(c: Controller, looked: list[tuple[int, int]]) -> CheckpointResult:
+    """``c``'s outcome; ``looked``: the round and point rank of each of its looks."""
+    sizes, n_total, plan = c.course.sizes, c.course.reference.n_models + 1, c.course.plan
+    placed = c.placed
+    tier = None if placed is None else plan.tier_for(placed)
+    used = c.n_examples
     n_tokens = c.n_tokens if used else None
+    p = c.n_parameters
+    stages = tuple(SweepStage(round=r, stage_size=s.stage_size, n_examples=sum(s.n_examples), rank=rank,
+                              interval=s.interval, confidence_level=s.confidence_level)
+                   for (r, rank), s in zip(looked, c.records))
     return CheckpointResult(
-        model_id=c.model_id, status=c.status, reason=c.reason, rank=c.placed,
-        interval=(1, n_total) if dist is None else dist.interval, tier=None if tier is None else tier.label,
+        model_id=c.model_id, status=c.status, reason=c.reason, rank=placed,
+        interval=(1, n_total) if c.dist is None else c.dist.interval, tier=None if tier is None else tier.label,
         resolution=None if tier is None else tier.resolution, n_examples=used, n_tokens=n_tokens,
-        flops=None if n_tokens is None or n_parameters is None else 2.0 * n_parameters * n_tokens,
-        saving=sum(sizes) / max(used, 1), rounds=len(c.looks), per_dataset=tuple(c.n), stages=tuple(c.looks))
+        flops=None if n_tokens is None or p is None else 2.0 * p * n_tokens,
+        saving=sum(sizes) / max(used, 1), rounds=len(c.records), per_dataset=tuple(c.n), stages=stages)
 
 
 def sweep(
@@ -408,7 +332,7 @@ def sweep(
     scorers
         ``{model_id: scorer}``; wrap them in :class:`~flasheval.placement.sweep_store.StoredScorer` to resume.
     plan
-        Stages, tiers, stop rule and confidence levels (as ``place``).
+        Stages, tiers, stop rule, confidence levels and allocation (as ``place``).
     budget
         Caps on the TOTAL spent over all checkpoints.
     seed
@@ -426,46 +350,45 @@ def sweep(
     """
     if not scorers:
         raise InputError("no checkpoints to sweep", field="--models")
-    check_sweep_budget(budget, plan, reference, len(scorers))
+    check_sweep_budget(budget, plan, reference, len(scorers), aggregate=aggregate)
     plan = plan.for_pool(reference.n_models + 1)
-    sizes = [len(ids) for ids in reference.example_ids]
-    orders, positions = [], []
-    for name, ids in zip(reference.dataset_names, reference.example_ids):
-        orders.append(example_order(ids, seed=seed, task_name=name))
-        index = {e: i for i, e in enumerate(ids)}
-        positions.append(np.fromiter((index[e] for e in orders[-1]), dtype=np.int64, count=len(ids)))
     low = plan.tiers[-1].first if low_rank is None else low_rank
-    ctx = {"budget": budget, "sizes": sizes, "orders": orders, "positions": positions, "seed": seed,
-           "aggregate": aggregate, "low_rank": low, "n_parameters": n_parameters,
-           # every checkpoint takes the plan's uniform stages (_next_targets): the looks' levels follow from them
-           "levels": look_plan(reference, replace(for_budget(plan, budget), allocation="uniform"), aggregate,
-                               low_rank=low).levels}
-    state = [_Checkpoint(m, s, len(sizes)) for m, s in sorted(scorers.items())]
-    ctx["spent"] = _Spent(state)
+    # the same looks as `place` under this budget (allocation included); the racing stop is one more way to stop
+    looks = look_plan(reference, for_budget(plan, budget), aggregate, low_rank=low)
+    shared = course(reference, plan, seed=seed, looks=looks, aggregate=aggregate, low_rank=low)
+    state = [Controller(shared, model_id=m, n_parameters=n_parameters) for m in sorted(scorers)]
+    looked: dict[str, list[tuple[int, int]]] = {c.model_id: [] for c in state}
+    spent = _Spent(state)
     round_ = 0
-    while any(c.status == "active" for c in state):
+    while any(c.active for c in state):
         round_ += 1
-        if not _round(state, reference, plan, ctx, round_):
+        if not _round(state, scorers, budget, spent, round_, looked):
             round_ -= 1
             break
         if on_round is not None:
-            on_round(round_, sum(c.status == "active" for c in state), ctx["spent"].examples)
+            on_round(round_, sum(c.active for c in state), spent.examples)
     for c in state:
-        if c.status == "active":
-            c.status = "unresolved at budget"
-            c.reason = "the budget cannot pay for its next stage"
-    n_total = reference.n_models + 1
-    scored = [c for c in state if sum(c.n)]
+        if c.active:
+            c.halt("the budget cannot pay for its next stage")
+    return _sweep_result(state, looked, scorers, budget, round_)
+
+
+def _sweep_result(state: list[Controller], looked: dict[str, list[tuple[int, int]]],
+                  scorers: dict[str, ExampleScorer], budget: Budget, n_rounds: int) -> SweepResult:
+    shared = state[0].course
+    reference, plan = shared.reference, shared.plan
+    scored = [c for c in state if c.n_examples]
     order: tuple[OrderEntry, ...] = ()
     if len(scored) >= 2:
-        order = checkpoint_order(
-            reference, [(c.model_id, c.joined(), [positions[d][:n] for d, n in enumerate(c.n)]) for c in scored],
-            aggregate=aggregate, n_resamples=plan.n_resamples, confidence_level=plan.confidence_level, seed=seed)
+        order = checkpoint_order(reference, [(c.model_id, c.joined(), c.columns()) for c in scored],
+                                 aggregate=shared.aggregate, n_resamples=plan.n_resamples,
+                                 confidence_level=plan.confidence_level, seed=shared.seed)
     return SweepResult(
-        reference=reference.name, plan=plan.name, seed=seed, aggregate=aggregate or reference.manifest.aggregate,
+        reference=reference.name, plan=plan.name, seed=shared.seed,
+        aggregate=shared.aggregate or reference.manifest.aggregate,
         budget={"examples": budget.max_examples, "tokens": budget.max_tokens, "flops": budget.max_flops},
-        n_models=reference.n_models, low_rank=low, tier_boundaries=tuple(t.first for t in plan.tiers[1:]),
-        checkpoints=tuple(_result(c, plan, sizes, n_parameters, n_total) for c in state), order=order,
-        n_rounds=round_, n_examples=sum(sum(c.n) for c in state), full_examples=sum(sizes) * len(state),
-        n_computed=sum(getattr(c.scorer, "n_computed", sum(c.n)) for c in state),
+        n_models=reference.n_models, low_rank=int(shared.low_rank or 0), tier_boundaries=tuple(t.first for t in plan.tiers[1:]),
+        checkpoints=tuple(_result(c, looked[c.model_id]) for c in state), order=order,
+        n_rounds=n_rounds, n_examples=sum(c.n_examples for c in state), full_examples=sum(shared.sizes) * len(state),
+        n_computed=sum(getattr(scorers[c.model_id], "n_computed", c.n_examples) for c in state),
     )

@@ -29,7 +29,7 @@ from typing import Any
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import LiveModel, OpenedScorer
 from flasheval.placement.scorers import ScoredExamples
-from flasheval.placement.sweep_run import MODELS_DIR
+from flasheval.placement.sweep_folder import MODELS_DIR
 from flasheval.records import slug
 
 __all__ = ["CheckpointPool"]

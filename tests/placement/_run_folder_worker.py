@@ -1,36 +1,91 @@
-"""Worker for test_sweep_store: under ``accelerate launch`` each process opens its OWN run folder
-``OUT/rank<N>`` (a cluster without a shared filesystem) with the settings in ``CONFIG`` and writes
-what it sees to ``OUT/seen<N>.json``, or the one-line error it got."""
+"""Worker for the run-folder tests, in one of two modes.
+
+``launch OUT CONFIG OTHER``: under ``accelerate launch`` each process opens its OWN run folder
+``OUT/rank<N>`` (a cluster without a shared filesystem) with the settings in ``CONFIG`` for checkpoint
+``m``, scores one new example as every process of a sweep does, then opens the folder again with the
+settings ``OTHER``, and writes what it saw and the one-line errors it got to ``OUT/seen<N>.json``
+(test_sweep_store).
+
+``sweep FOLDER``: a replay sweep of 8 checkpoints of a synthetic reference into run folder ``FOLDER``
+whose scorer sleeps on every batch, so that a test can kill it mid-sweep with SIGKILL (test_sweep).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.errors import FlashevalError
+from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.scorers import ScoredExamples
-from flasheval.placement.sweep_run import open_run_folder
+from flasheval.placement.sweep_folder import STORE_FORMAT, open_run_folder
+
+SWEEP_CONFIG = {"store_format": STORE_FORMAT, "sweep": "killed"}
+"""The settings of the ``sweep`` mode's run folder (a resuming test opens it with the same)."""
 
 
-def main(out: str, config: str) -> int:
+def sweep_world():
+    """The reference, the pool and the 8 checkpoints held out of it (shared with test_sweep's ``world``)."""
+    from flasheval.placement.simulation import synthetic_reference
+
+    ref = synthetic_reference(40, [300, 400, 500], rng=1, ability_spread=1.5)
+    held = [r.model_id for r in ref.ranking()][0:40:5]  # 8 checkpoints spread over the ranking
+    return ref, ref.without(*held), held
+
+
+class _Slow(ReplayScorer):
+    def score(self, task_name, example_ids):
+        time.sleep(0.05)
+        return super().score(task_name, example_ids)
+
+
+def killed_sweep(folder: str) -> int:
+    from flasheval.placement.results import Budget
+    from flasheval.placement.sweep import sweep
+    from flasheval.placement.tiers import load_tier_plan
+
+    ref, pool, held = sweep_world()
+    with open_run_folder(Path(folder), SWEEP_CONFIG, held) as run:
+        sweep(pool, {m: run.scorer(m, _Slow(ref, m)) for m in held}, load_tier_plan("default"),
+              budget=Budget(max_examples=4000), seed=2)
+    return 0
+
+
+class _One:
+    """Scores 1.0 with 7 tokens for every example."""
+
+    n_parameters = None
+
+    def score(self, task_name, example_ids):
+        return ScoredExamples(scores=np.ones(len(example_ids)), n_tokens=np.full(len(example_ids), 7))
+
+
+def launched(out: str, config: str, other: str) -> int:
     state = launch_state()
     folder = Path(out) / f"rank{state.process_index}"
+    seen: dict = {}
     try:
-        store = open_run_folder(folder, json.loads(config), state)
+        run = open_run_folder(folder, json.loads(config), ["m"], state)
     except FlashevalError as exc:
-        Path(out, f"seen{state.process_index}.json").write_text(json.dumps({"error": str(exc)}))
-        return 1
-    # every process appends the same new batch, as every process of a sweep does
-    store.append("m", "t", ["x9"], ScoredExamples(scores=np.array([1.0]), n_tokens=np.array([7])))
-    rows = sorted([*key, *value] for key, value in store.rows.items())
-    Path(out, f"seen{state.process_index}.json").write_text(json.dumps({"rows": rows}))
+        seen["error"] = str(exc)
+    else:
+        run.scorer("m", _One()).score("t", ["x9"])  # every process scores the same new example, as in a sweep
+        seen["rows"] = sorted([r.task_name, r.example_id, r.score, r.n_tokens] for r in run.stores["m"].results().values())
+        run.close()
+        try:  # then a sweep with other settings on the same folders: refused on every process with the main's line
+            open_run_folder(folder, json.loads(other), ["n"], state).close()
+        except FlashevalError as exc:
+            seen["other"] = str(exc)
+    Path(out, f"seen{state.process_index}.json").write_text(json.dumps(seen))
     shutdown(state)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    mode, *args = sys.argv[1:]
+    sys.exit(killed_sweep(*args) if mode == "sweep" else launched(*args))

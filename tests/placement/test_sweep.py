@@ -11,22 +11,16 @@ from flasheval import cli
 from flasheval.errors import InputError
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget
-from flasheval.placement.simulation import synthetic_reference
 from flasheval.placement.sweep import sweep
-from flasheval.placement.sweep_store import ResultsStore, StoredScorer
+from flasheval.placement.sweep_folder import open_run_folder
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.records import read_record
+from tests.placement._run_folder_worker import SWEEP_CONFIG, sweep_world
 
 
 @pytest.fixture(scope="module")
 def world():
-    ref = synthetic_reference(40, [300, 400, 500], rng=1, ability_spread=1.5)
-    order = [r.model_id for r in ref.ranking()]
-    held = order[0:40:5]  # 8 checkpoints spread over the ranking
-    pool = ref
-    for m in held:
-        pool = pool.without(m)
-    return ref, pool, held
+    return sweep_world()  # 8 checkpoints spread over the ranking of a synthetic reference, held out of its pool
 
 
 class _Recording(ReplayScorer):
@@ -42,9 +36,9 @@ class _Recording(ReplayScorer):
         return super().score(task_name, example_ids)
 
 
-def _scorers(ref, held, store=None):
+def _scorers(ref, held, run=None):
     scorers = {m: _Recording(ref, m) for m in held}
-    return scorers if store is None else {m: StoredScorer(s, store, m) for m, s in scorers.items()}
+    return scorers if run is None else {m: run.scorer(m, s) for m, s in scorers.items()}
 
 
 def test_sweep_stays_within_budget_and_spends_it_on_the_top(world):
@@ -92,15 +86,16 @@ def test_a_sweep_killed_mid_round_resumes_and_loses_nothing(world, tmp_path):
     budget = Budget(max_examples=4000)
     clean = sweep(pool, _scorers(ref, held), plan, budget=budget, seed=2)
     _Recording.calls, _Recording.crash_after = 0, 17  # dies in the middle of a round
-    store = ResultsStore(tmp_path / "scores.jsonl")
-    crashing = _scorers(ref, held, store)
-    with pytest.raises(KeyboardInterrupt):
-        sweep(pool, crashing, plan, budget=budget, seed=2)
-    kept = len(ResultsStore(tmp_path / "scores.jsonl"))
-    assert kept > 0
-    _Recording.crash_after = None
-    resumed_scorers = _scorers(ref, held, ResultsStore(tmp_path / "scores.jsonl"))
-    resumed = sweep(pool, resumed_scorers, plan, budget=budget, seed=2)
+    with open_run_folder(tmp_path, SWEEP_CONFIG, held) as run:
+        crashing = _scorers(ref, held, run)
+        with pytest.raises(KeyboardInterrupt):
+            sweep(pool, crashing, plan, budget=budget, seed=2)
+    with open_run_folder(tmp_path, SWEEP_CONFIG, held) as run:
+        kept = run.n_stored
+        assert kept > 0
+        _Recording.crash_after = None
+        resumed_scorers = _scorers(ref, held, run)
+        resumed = sweep(pool, resumed_scorers, plan, budget=budget, seed=2)
     assert resumed.n_computed == clean.n_examples - kept
     as_json = lambda r: {k: v for k, v in r.to_json().items() if k != "n_computed"}  # noqa: E731
     assert as_json(resumed) == as_json(clean)
@@ -108,6 +103,23 @@ def test_a_sweep_killed_mid_round_resumes_and_loses_nothing(world, tmp_path):
     first_run = [(m, t, e) for m, s in crashing.items() for t, ids in s.inner.requests for e in ids]
     second_run = [(m, t, e) for m, s in resumed_scorers.items() for t, ids in s.inner.requests for e in ids]
     assert not set(first_run) & set(second_run) and len(asked) >= len(second_run)
+
+
+def test_a_neyman_cost_plan_places_a_model_as_place_does(world):
+    # one core: a one-checkpoint sweep (no racing) takes the looks `place` takes, the plan's allocation included
+    from flasheval.placement.controller import place
+
+    ref, pool, held = world
+    plan = replace(load_tier_plan("default"), allocation="neyman-cost", n_resamples=500)
+    model, budget = held[2], Budget(max_examples=900)
+    placed = place(pool, ReplayScorer(ref, model), plan, model_id=model, seed=1, budget=budget)
+    swept = sweep(pool, {model: ReplayScorer(ref, model)}, plan, budget=budget, seed=1, low_rank=10**6).checkpoints[0]
+    assert len(placed.stages) > 1 and len(set(placed.stages[-1].n_examples)) > 1  # several looks, not uniform
+    assert (swept.rank, swept.interval, swept.tier, swept.status) == (placed.rank, placed.interval, placed.tier,
+                                                                      placed.status)
+    assert swept.per_dataset == placed.stages[-1].n_examples and swept.n_examples == placed.compute.n_examples
+    assert [(s.n_examples, s.interval, s.confidence_level) for s in swept.stages] == [
+        (sum(s.n_examples), s.interval, s.confidence_level) for s in placed.stages]
 
 
 def test_a_budget_smaller_than_one_stage_is_refused(world):
@@ -156,31 +168,6 @@ def test_a_run_folder_of_another_sweep_or_version_is_refused(saved, message, tmp
     assert message in err and len(err.splitlines()) == 1
 
 
-_KILLED_RUN = """
-import sys, time
-from flasheval.placement.replay import ReplayScorer
-from flasheval.placement.results import Budget
-from flasheval.placement.simulation import synthetic_reference
-from flasheval.placement.sweep import sweep
-from flasheval.placement.sweep_store import ResultsStore, StoredScorer
-from flasheval.placement.tiers import load_tier_plan
-
-class Slow(ReplayScorer):
-    def score(self, task_name, example_ids):
-        time.sleep(0.05)
-        return super().score(task_name, example_ids)
-
-ref = synthetic_reference(40, [300, 400, 500], rng=1, ability_spread=1.5)
-held = [r.model_id for r in ref.ranking()][0:40:5]
-pool = ref
-for m in held:
-    pool = pool.without(m)
-store = ResultsStore(sys.argv[1])
-sweep(pool, {m: StoredScorer(Slow(ref, m), store, m) for m in held}, load_tier_plan("default"),
-      budget=Budget(max_examples=4000), seed=2)
-"""
-
-
 @pytest.mark.slow
 def test_a_sweep_killed_by_sigkill_resumes_and_loses_nothing(world, tmp_path):
     import signal
@@ -188,40 +175,69 @@ def test_a_sweep_killed_by_sigkill_resumes_and_loses_nothing(world, tmp_path):
     import sys
     import time
 
+    from flasheval.errors import InputError
+
     ref, pool, held = world
     plan, budget = load_tier_plan("default"), Budget(max_examples=4000)
     clean = sweep(pool, _scorers(ref, held), plan, budget=budget, seed=2)
-    store_path = tmp_path / "scores.jsonl"
     repo_root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, str(store_path)], cwd=repo_root)
+    worker = Path(__file__).with_name("_run_folder_worker.py")
+    proc = subprocess.Popen([sys.executable, str(worker), "sweep", str(tmp_path)], cwd=repo_root,
+                            env={**__import__("os").environ, "PYTHONPATH": str(repo_root)})
+
+    def stored_lines() -> int:
+        return sum(p.read_bytes().count(b"\n") for p in (tmp_path / "shards").glob("*.jsonl"))
+
     deadline = time.monotonic() + 30
-    while (not store_path.exists() or store_path.read_text().count("\n") < 500) and time.monotonic() < deadline:
+    while stored_lines() < 500 and time.monotonic() < deadline:
         time.sleep(0.02)
+    with pytest.raises(InputError, match="another sweep is running in this run folder"):  # two sweeps, one folder
+        open_run_folder(tmp_path, SWEEP_CONFIG, held)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    kept = len(ResultsStore(store_path))
-    assert 0 < kept < clean.n_examples  # killed mid-sweep, after some batches
-    _Recording.crash_after = None
-    resumed = sweep(pool, _scorers(ref, held, ResultsStore(store_path)), plan, budget=budget, seed=2)
+    with open_run_folder(tmp_path, SWEEP_CONFIG, held) as run:  # the killed process's lock went with it
+        kept = run.n_stored
+        assert 0 < kept < clean.n_examples  # killed mid-sweep, after some batches
+        _Recording.crash_after = None
+        resumed = sweep(pool, _scorers(ref, held, run), plan, budget=budget, seed=2)
     assert resumed.n_computed == clean.n_examples - kept
     assert resumed.to_json()["checkpoints"] == clean.to_json()["checkpoints"]
 
 
-def test_the_sweeps_running_totals_equal_a_recount_after_every_stage():
-    # the budget check keeps examples and tokens as running totals; recount them from scratch after every stage
-    from flasheval.placement.sweep import _Checkpoint, _Spent, _spent
+class _Tokens(ReplayScorer):
+    """Replayed scores with random token counts, sometimes none (a scorer that does not report them)."""
 
+    def __init__(self, ref, model_id, gen):
+        super().__init__(ref, model_id)
+        self.gen = gen
+
+    def score(self, task_name, example_ids):
+        got = super().score(task_name, example_ids)
+        tokens = None if self.gen.random() < 0.03 else self.gen.integers(1, 50, size=len(example_ids))
+        return replace(got, n_tokens=tokens)
+
+
+def test_the_sweeps_running_totals_equal_a_recount_after_every_stage(world):
+    # the budget check keeps examples and tokens as running totals; recount them from scratch after every stage
+    from flasheval.placement.controller import Controller, course, score_request
+    from flasheval.placement.looks import look_plan
+    from flasheval.placement.sweep import _Spent, _spent
+
+    ref, pool, held = world
+    plan = replace(load_tier_plan("default"), correction="pocock").for_pool(pool.n_models + 1)
+    shared = course(pool, plan, seed=0, looks=look_plan(pool, plan))
     gen = np.random.default_rng(4)
-    state = [_Checkpoint(f"c{i}", None, 3) for i in range(6)]  # type: ignore[arg-type]
+    state = [Controller(shared, model_id=m) for m in held[:6]]
+    scorers = {m: _Tokens(ref, m, gen) for m in held[:6]}
     spent = _Spent(state)
     assert (spent.examples, spent.tokens) == _spent(state) == (0, None)
-    for _ in range(60):
+    for _ in range(40):
         c = state[int(gen.integers(len(state)))]
-        before = (sum(c.n), c.n_tokens)
-        for d in range(3):
-            n = int(gen.integers(0, 5))
-            tokens = None if gen.random() < 0.03 else gen.integers(1, 50, size=n)
-            c.add(d, gen.random(n), tokens)
+        request = c.next_stage()
+        if request is None:
+            continue
+        before = (c.n_examples, c.n_tokens)
+        c.take(request, score_request(scorers[c.model_id], pool.dataset_names, request))
         spent.add(before, c)
         assert (spent.examples, spent.tokens) == _spent(state)
         assert [len(s) for s in c.joined()] == c.n  # joined once, kept in one piece, extended by later stages

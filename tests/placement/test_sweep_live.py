@@ -22,7 +22,7 @@ from flasheval.placement.live_scoring import LiveOptions, prepare_scoring
 from flasheval.placement.results import Budget
 from flasheval.placement.sweep import sweep
 from flasheval.placement.sweep_models import CheckpointPool
-from flasheval.placement.sweep_store import ResultsStore, StoredScorer
+from flasheval.placement.sweep_folder import STORE_FORMAT, open_run_folder
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.records import read_record
 from flasheval.reference import load_reference
@@ -127,6 +127,11 @@ def _escalating_plan(folder: Path) -> Path:
     return path
 
 
+def _scores(run_folder: Path) -> dict[str, str]:
+    """Every checkpoint's shard of per-example scores in a run folder, by file name."""
+    return {p.name: p.read_text() for p in sorted((run_folder / "shards").glob("*.jsonl"))}
+
+
 def _pooled_sweep(tiny_models: dict[str, Path], built: Path, out: Path, max_loaded: int):
     """Sweep m2, m3, m4 through a :class:`CheckpointPool`; also count the models alive at each load.
 
@@ -148,9 +153,9 @@ def _pooled_sweep(tiny_models: dict[str, Path], built: Path, out: Path, max_load
     from flasheval.engine.specs import parse_named_models
 
     models = parse_named_models([f"{m}=hf:{tiny_models[m]}" for m in ("m2", "m3", "m4")])
-    store = ResultsStore(out / "scores.jsonl")
-    with CheckpointPool(models, out, opener, max_loaded=max_loaded) as pool:
-        scorers = {m: StoredScorer(live, store, m) for m, live in pool.scorers.items()}
+    run = open_run_folder(out, {"store_format": STORE_FORMAT}, [m.model_id for m in models])
+    with run, CheckpointPool(models, out, opener, max_loaded=max_loaded) as pool:
+        scorers = {m: run.scorer(m, live) for m, live in pool.scorers.items()}
         result = sweep(setup.reference, scorers, load_tier_plan(_escalating_plan(out)), budget=Budget(max_examples=90),
                        seed=setup.seed, low_rank=4)
     assert max(len(c.stages) for c in result.checkpoints) > 1  # several rounds, so the pool switches models
@@ -168,7 +173,7 @@ def test_at_most_max_loaded_checkpoints_in_memory_same_records(tiny_models, buil
     assert computed == {m: pool_every.requests_computed(m) for m in pool_every.loads}  # ... recomputing nothing
     assert all(n > 0 for n in computed.values())
     assert pool_every.loads == {"m2": 1, "m3": 1, "m4": 1} and max(at_load_every) == 2  # the count sees live models
-    assert (tmp_path / "one" / "scores.jsonl").read_text() == (tmp_path / "every" / "scores.jsonl").read_text()
+    assert _scores(tmp_path / "one") == _scores(tmp_path / "every")
 
 
 @pytest.mark.slow
@@ -196,4 +201,4 @@ def test_reference_build_and_live_sweep_on_two_processes_equal_one(tiny_models, 
     for model_id in ("a", "b"):
         for field in ("asked", "requests_computed", "fingerprint"):
             assert two["live"]["checkpoints"][model_id][field] == one["live"]["checkpoints"][model_id][field]
-    assert (tmp_path / "two" / "scores.jsonl").read_text() == (single / "scores.jsonl").read_text()
+    assert _scores(tmp_path / "two") == _scores(single)
