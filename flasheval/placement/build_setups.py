@@ -117,11 +117,16 @@ class LmEvalTaskBuild:
                fewshot_seed: int, n_examples: int | None, seed: int, metric: str | None,
                dtype: str) -> LmEvalTaskBuild:
         """lm-eval's task manager and each task's docs (the first ``n_examples`` of the seeded order); lm-eval must be
-        installed."""
+        installed. An unknown task name is refused in one line."""
         from flasheval.lmeval.tasks import make_task_manager
         from flasheval.reference.lmeval_live import select_docs
 
         manager = make_task_manager(include_path)
+        known = set(manager.all_tasks)
+        unknown = [t for t in task_names if t not in known]
+        if unknown:  # before any model opens (lm-eval itself would raise a KeyError on --n-examples)
+            raise InputError(f"unknown lm-eval task(s) {', '.join(unknown)} (custom tasks need --include_path; "
+                             "'lm_eval ls tasks' lists the installed ones)", field="--tasks")
         selected = select_docs(task_names, manager, n_examples=n_examples, seed=seed)
         return cls(task_names=tuple(task_names), include_path=include_path, num_fewshot=num_fewshot,
                    fewshot_seed=fewshot_seed, metric=metric, dtype=dtype, manager=manager, selected=selected)
