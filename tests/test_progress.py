@@ -76,7 +76,7 @@ def _no_weights(*args, **kwargs):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, task_dir):
     """Tiny models, a test plan and a reference built from m0 and m1 through the API (its events recorded)."""
-    import flasheval.reference.build as build
+    import flasheval.placement.live_scoring as build  # where every live model is opened (build and placement)
 
     root = tmp_path_factory.mktemp("progress")
     models = save_tiny_models(root / "models")

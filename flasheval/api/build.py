@@ -1,10 +1,12 @@
 """``flasheval.build_reference``: score real models on the same examples and write a reference from them.
 
 The one path behind ``flasheval reference build``, for both engines: ``flasheval`` (DCLM-format
-task suites, :func:`flasheval.reference.build.build_reference`) and ``lm-eval`` (lm-eval tasks through
-lm-eval's task code, :func:`flasheval.reference.lmeval_live.build_lmeval_reference`). Every check that
-needs no weights runs first; every model goes through one results store (a killed build resumes);
-the reference folder is written only once every model is scored, by the main process of a launch.
+task suites, :class:`~flasheval.placement.build_setups.TaskFileBuild`) and ``lm-eval`` (lm-eval tasks through
+lm-eval's task code, :class:`~flasheval.placement.build_setups.LmEvalTaskBuild`), scored by one loop
+(:func:`flasheval.placement.building.build_models`). Every check that needs no weights runs first; every
+model goes through one results store (a killed build resumes); the reference folder and the build log are
+written only once every model is scored, by the main process of a launch, with the same files and fields
+from either engine.
 """
 
 from __future__ import annotations
@@ -16,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.progress import ProgressCallback, Reporter
-from flasheval.engine.device_map import DeviceMap, device_map_from
+from flasheval.engine.device_map import device_map_from
 from flasheval.engine.devices import check_device
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
-from flasheval.placement.live_scoring import DTYPES, check_count, check_seed
+from flasheval.placement.build_setups import LmEvalTaskBuild, TaskFileBuild
+from flasheval.placement.building import BuildSetup, build_models, write_build
+from flasheval.placement.live_scoring import DTYPES, LiveOptions, check_count, check_seed
 from flasheval.records import prepare_output
-from flasheval.reference import MANIFEST_FILE, ReferenceLeaderboard, load_reference, references_root, write_reference
-from flasheval.reference.build import build_reference as score_task_files
-from flasheval.reference.build import write_built_reference
+from flasheval.reference import MANIFEST_FILE, ReferenceLeaderboard, load_reference, references_root
 from flasheval.tasks import load_live_tasks, load_suite
 
 __all__ = ["BuiltReference", "build_reference", "ENGINES"]
@@ -47,7 +49,7 @@ class BuiltReference:
     """Per model, requests computed now (the rest came from the store)."""
     store_dir: Path
     log_path: Path | None = None
-    """The build log (engine ``flasheval``)."""
+    """The build log (``build.json`` in the work folder; ``None`` on the other processes of a launch)."""
 
 
 def _model_reporter(report: Reporter) -> Any:
@@ -139,7 +141,8 @@ def build_reference(
         ``flasheval`` engine: prepend a space to continuations (``False`` for SentencePiece-only pools).
     output_root, work_dir, force
         Where ``name/`` is written (default ``$FLASHEVAL_REFERENCES`` or ``reference_rankings/``); the results
-        store and build log (default ``runs/reference-build-NAME``); overwrite an existing reference.
+        store and build log ``build.json``, from either engine (default ``runs/reference-build-NAME``); overwrite
+        an existing reference.
     argv
         The command's arguments, recorded in the manifest as how it was built (default: this call).
     progress
@@ -168,10 +171,31 @@ def build_reference(
     recorded = ("flasheval " + " ".join(shlex.quote(a) for a in argv)) if argv is not None \
         else f"flasheval.build_reference(name={name!r})"
     if engine == "lm-eval":
-        return _lmeval(named, tasks, name=name, out=out, work=work, include_path=include_path, num_fewshot=num_fewshot,
-                       fewshot_seed=fewshot_seed, metric=metric, n_examples=n_examples, seed=seed, dtype=dtype,
-                       device=device, batch_size=batch_size, suite=suite, task_dir=task_dir, prefix_space=prefix_space,
-                       recorded=recorded, report=report, device_map=placement)
+        setup: BuildSetup = _lmeval_setup(named, tasks, include_path=include_path, num_fewshot=num_fewshot,
+                                          fewshot_seed=fewshot_seed, metric=metric, n_examples=n_examples, seed=seed,
+                                          dtype=dtype, suite=suite, task_dir=task_dir, prefix_space=prefix_space)
+    else:
+        setup = _task_file_setup(named, tasks, suite=suite, task_dir=task_dir, include_path=include_path,
+                                 num_fewshot=num_fewshot, metric=metric, n_examples=n_examples, seed=seed, dtype=dtype,
+                                 prefix_space=prefix_space)
+    _check_writable(out, work)
+    state = launch_state()
+    report.is_main = state is None or state.is_main_process
+    report("start", f"building {name}: {len(named)} models x {setup.describe_tasks()}")
+    result = build_models(setup, named, store_dir=work / "store", state=state, on_model=_model_reporter(report),
+                          options=LiveOptions(device=device, batch_size=batch_size, device_map=placement))
+    log = None
+    if report.is_main:
+        log = write_build(out, result, setup, name=name, work_dir=work, built_with=recorded)
+    shutdown(state)  # only the main process wrote; the others wait for it here
+    return BuiltReference(path=out, reference=load_reference(out) if report.is_main else None, seconds=result.seconds,
+                          computed=result.computed, store_dir=work / "store", log_path=log)
+
+
+def _task_file_setup(models: Sequence[NamedModel], tasks: Any, *, suite: str | None, task_dir: Any, include_path: Any,
+                     num_fewshot: int | None, metric: str | None, n_examples: int | None, seed: int, dtype: str,
+                     prefix_space: bool) -> TaskFileBuild:
+    """Engine ``flasheval``: every check of its options, then the suite's tasks loaded from ``task_dir``."""
     for option, value in (("include_path", include_path), ("num_fewshot", num_fewshot), ("metric", metric)):
         if value is not None:
             raise InputError("applies to --engine lm-eval only", field="--" + option.replace("_", "-"))
@@ -179,28 +203,15 @@ def build_reference(
         if not value:
             raise InputError("required with --engine flasheval", field="--" + option.replace("_", "-"))
     task_list = load_live_tasks(_task_names(str(suite), tasks), str(task_dir))
-    check_model_files(named)
-    _check_writable(out, work)
-    state = launch_state()
-    report.is_main = state is None or state.is_main_process
-    report("start", f"building {name}: {len(named)} models x {len(task_list)} tasks")
-    result = score_task_files(named, task_list, suite=str(suite), seed=seed, n_examples=n_examples, dtype=dtype,
-                              store_dir=work / "store", prefix_space=prefix_space, device=device or "auto",
-                              batch_size=batch_size, task_dir=str(Path(str(task_dir)).resolve()), state=state,
-                              on_model=_model_reporter(report), device_map=placement)
-    log = None
-    if report.is_main:
-        log = write_built_reference(out, result, name=name, suite=load_suite(str(suite)), tasks=task_list,
-                                    work_dir=work, built_with=recorded)
-    shutdown(state)  # only the main process wrote; the others wait for it here
-    return BuiltReference(path=out, reference=load_reference(out) if report.is_main else None, seconds=result.seconds,
-                          computed=result.computed, store_dir=work / "store", log_path=log)
+    check_model_files(models)
+    return TaskFileBuild(suite=load_suite(str(suite)), tasks=tuple(task_list), seed=seed, n_examples=n_examples,
+                         dtype=dtype, prefix_space=prefix_space, task_dir=str(Path(str(task_dir)).resolve()))
 
 
-def _lmeval(models: Sequence[NamedModel], tasks: Any, *, name: str, out: Path, work: Path, include_path: Any,
-            num_fewshot: int | None, fewshot_seed: int, metric: str | None, n_examples: int | None, seed: int,
-            dtype: str, device: str | None, batch_size: int, suite: str | None, task_dir: Any, prefix_space: bool,
-            recorded: str, report: Reporter, device_map: DeviceMap | None = None) -> BuiltReference:
+def _lmeval_setup(models: Sequence[NamedModel], tasks: Any, *, include_path: Any, num_fewshot: int | None,
+                  fewshot_seed: int, metric: str | None, n_examples: int | None, seed: int, dtype: str,
+                  suite: str | None, task_dir: Any, prefix_space: bool) -> LmEvalTaskBuild:
+    """Engine ``lm-eval``: every check of its options, then lm-eval's tasks and each one's docs."""
     from flasheval.lmeval import require_lm_eval
 
     for option, value in (("suite", suite), ("task_dir", task_dir)):
@@ -215,30 +226,9 @@ def _lmeval(models: Sequence[NamedModel], tasks: Any, *, name: str, out: Path, w
         raise InputError("name the lm-eval tasks to score (comma-separated)", field="--tasks")
     check_model_files(models)
     require_lm_eval()
-    from flasheval.reference.lmeval_live import build_lmeval_reference
-
     include = str(Path(include_path).resolve()) if include_path else None
-    _check_writable(out, work)
-    state = launch_state()
-    report.is_main = state is None or state.is_main_process
-    report("start", f"building {name}: {len(models)} models x {len(names)} lm-eval tasks")
-    result = build_lmeval_reference(models, names, include_path=include, num_fewshot=num_fewshot,
-                                    fewshot_seed=fewshot_seed, n_examples=n_examples, seed=seed, metric=metric,
-                                    dtype=dtype, store_dir=work / "store", device=device or "auto",
-                                    batch_size=batch_size, state=state, on_model=_model_reporter(report),
-                                    device_map=device_map)
-    if report.is_main:
-        metrics = sorted({t.metric for t in result.settings.tasks.values()})
-        write_reference(out, result.frame, name=name,
-                        source=f"flasheval reference build --engine lm-eval (lm-eval {result.settings.lm_eval_version})",
-                        licence="scores of the listed models; see each model's licence",
-                        metric=f"per-example lm-eval metric ({', '.join(metrics)})", aggregate="mean",
-                        built_with=recorded, build=result.settings.to_json(),
-                        notes="Built through lm-eval's task code; place live models with the same lm-eval version, "
-                              "tasks and dtype.")
-    shutdown(state)
-    return BuiltReference(path=out, reference=load_reference(out) if report.is_main else None, seconds=result.seconds,
-                          computed=result.computed, store_dir=work / "store")
+    return LmEvalTaskBuild.create(names, include_path=include, num_fewshot=num_fewshot, fewshot_seed=fewshot_seed,
+                                  n_examples=n_examples, seed=seed, metric=metric, dtype=dtype)
 
 
 def _check_writable(out: Path, work: Path) -> None:

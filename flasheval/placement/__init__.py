@@ -7,6 +7,8 @@ One step of the method per module:
 * :mod:`~flasheval.placement.lmeval_scorer` — the scorer for lm-eval references (lm-eval's own task code);
 * :mod:`~flasheval.placement.live_scoring` — what a reference's models were scored with, one protocol for both
   engines (DCLM-format task files, lm-eval tasks): checked options, a live model opened as a scorer;
+* :mod:`~flasheval.placement.building`, :mod:`~flasheval.placement.build_setups` — the one reference-build loop and
+  its two engines (open, score, close, fingerprint and free every model; the same files and fields from either);
 * :mod:`~flasheval.placement.tiers`      — tier plans (resolution per rank range, stages, stop rule);
 * :mod:`~flasheval.placement.results`    — what a placement records and returns (budget, decision, stage, compute, result);
 * :mod:`~flasheval.placement.stop_rule`  — the pure stop rule: ``decide``, the ``window`` rule's rank and its table;

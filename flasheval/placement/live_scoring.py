@@ -13,12 +13,15 @@ caller take the same path for both:
 :func:`prepare_scoring` runs every check that needs no weights (options that apply to the
 engine, seed, dtype, task files or configs) and returns a :class:`ScoringSetup`; its
 ``open(model, store_dir, ...)`` loads the model behind its results store and returns an
-:class:`OpenedScorer`, the controller's scorer plus what a run record says of it.
+:class:`OpenedScorer`, the controller's scorer plus what a run record says of it. A reference build opens
+its models the same way (:func:`open_task_files`, :func:`open_lmeval`; the loop is
+:mod:`flasheval.placement.building`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,9 +36,10 @@ from flasheval.placement.scorers import LiveScorer
 from flasheval.reference.leaderboard import ReferenceLeaderboard
 from flasheval.reference.live import LiveSetup, prepare_live
 from flasheval.reference.lmeval_live import LmEvalLiveSetup, is_lmeval_reference, prepare_lmeval_live
+from flasheval.tasks import LiveTask
 
-__all__ = ["DTYPES", "LiveOptions", "OpenedScorer", "ScoringSetup", "TaskFileScoring", "LmEvalScoring",
-           "prepare_scoring", "check_count", "check_seed"]
+__all__ = ["DTYPES", "LiveOptions", "OpenedScorer", "ModelOpener", "ScoringSetup", "TaskFileScoring", "LmEvalScoring",
+           "prepare_scoring", "check_count", "check_seed", "open_task_files", "open_lmeval"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 """Dtypes a reference can pin (``auto`` would depend on the machine)."""
@@ -165,14 +169,42 @@ class OpenedScorer:
         self._close()
 
 
-class ScoringSetup(Protocol):
-    """A checked reference, ready to score live models the way its own models were scored."""
+def open_task_files(model: LiveModel, store_dir: Path, *, tasks: Sequence[LiveTask], seed: int, prefix_space: bool,
+                    dtype: str, options: LiveOptions, state: Any = None, n_params: int | None = None) -> OpenedScorer:
+    """Open ``model`` behind its results store as a :class:`~flasheval.placement.scorers.LiveScorer` of DCLM-format
+    ``tasks`` (placement and reference build alike)."""
+    start = time.perf_counter()
+    cached, store, backend = open_cached_backend(model, store_dir, dtype=dtype, device=options.device or "auto",
+                                                 batch_size=options.batch_size, state=state,
+                                                 device_map=options.device_map)
+    scorer = LiveScorer(cached, tasks, seed=seed, prefix_space=prefix_space,
+                        n_parameters=n_params if n_params is not None else n_parameters(backend))
+    return OpenedScorer(scorer, fingerprint=cached.fingerprint, load_seconds=time.perf_counter() - start,
+                        backend=backend, cached=cached, close=store.close)
 
-    reference: ReferenceLeaderboard
+
+def open_lmeval(model: LiveModel, store_dir: Path, *, dtype: str, options: LiveOptions, state: Any,
+                scorer: Callable[[Any, int | None], Any]) -> OpenedScorer:
+    """Open ``model`` behind its results store as an lm-eval model; ``scorer(lm, n_parameters)`` makes the scorer
+    over it (placement and reference build alike). lm-eval must be installed."""
+    from flasheval.lmeval.loading import open_lmeval_model
+
+    start = time.perf_counter()
+    opened = open_lmeval_model(model, store_dir, dtype=dtype, device=options.device or "auto",
+                               batch_size=options.batch_size, state=state, progress_bar=False,  # stage lines
+                               device_map=options.device_map)
+    return OpenedScorer(scorer(opened.lm, opened.n_parameters), fingerprint=opened.cached.fingerprint,
+                        load_seconds=time.perf_counter() - start, backend=opened.backend, cached=opened.cached,
+                        close=opened.close)
+
+
+class ModelOpener(Protocol):
+    """What every engine does first, for a placement and a reference build alike: open a live model behind its
+    results store as an :class:`OpenedScorer` (:class:`ScoringSetup`,
+    :class:`~flasheval.placement.building.BuildSetup`)."""
+
     engine: str
     """``flasheval`` (DCLM-format task files) or ``lm-eval``."""
-    seed: int
-    """The placement seed (example order; on DCLM-format references also the few-shot sets)."""
     dtype: str
     """The dtype models are scored in (the reference's where it pins one)."""
 
@@ -180,6 +212,14 @@ class ScoringSetup(Protocol):
              n_params: int | None = None) -> OpenedScorer:
         """Load ``model`` behind the results store in ``store_dir``."""
         ...
+
+
+class ScoringSetup(ModelOpener, Protocol):
+    """A checked reference, ready to score live models the way its own models were scored."""
+
+    reference: ReferenceLeaderboard
+    seed: int
+    """The placement seed (example order; on DCLM-format references also the few-shot sets)."""
 
     def describe(self) -> str:
         """How the engine scores, for a progress line (``""`` for task files, ``through lm-eval 0.4.13 tasks``)."""
@@ -220,14 +260,9 @@ class TaskFileScoring:
     def open(self, model: LiveModel, store_dir: Path, *, options: LiveOptions, state: Any = None,
              n_params: int | None = None) -> OpenedScorer:
         _check_dtype(model, self.dtype, self.reference.name)
-        start = time.perf_counter()
-        cached, store, backend = open_cached_backend(model, store_dir, dtype=self.dtype, device=options.device or "auto",
-                                                     batch_size=options.batch_size, state=state,
-                                                     device_map=options.device_map)
-        scorer = LiveScorer(cached, self.live.tasks, seed=self.seed, prefix_space=self.live.settings.prefix_space,
-                            n_parameters=n_params if n_params is not None else n_parameters(backend))
-        return OpenedScorer(scorer, fingerprint=cached.fingerprint, load_seconds=time.perf_counter() - start,
-                            backend=backend, cached=cached, close=store.close)
+        return open_task_files(model, store_dir, tasks=self.live.tasks, seed=self.seed,
+                               prefix_space=self.live.settings.prefix_space, dtype=self.dtype, options=options,
+                               state=state, n_params=n_params)
 
     def describe(self) -> str:
         return ""
@@ -254,18 +289,15 @@ class LmEvalScoring:
         from flasheval.lmeval import require_lm_eval
 
         require_lm_eval()
-        from flasheval.lmeval.loading import open_lmeval_model
         from flasheval.placement.lmeval_scorer import LmEvalScorer
 
         _check_dtype(model, self.dtype, self.reference.name)
-        start = time.perf_counter()
-        opened = open_lmeval_model(model, store_dir, dtype=self.dtype, device=options.device or "auto",
-                                   batch_size=options.batch_size, state=state, progress_bar=False,  # stage lines
-                                   device_map=options.device_map)
-        scorer = LmEvalScorer(opened.lm, self.lmeval.settings, include_path=self.lmeval.include_path,
-                              n_parameters=n_params if n_params is not None else opened.n_parameters)
-        return OpenedScorer(scorer, fingerprint=opened.cached.fingerprint, load_seconds=time.perf_counter() - start,
-                            backend=opened.backend, cached=opened.cached, close=opened.close)
+
+        def scorer(lm: Any, size: int | None) -> LmEvalScorer:
+            return LmEvalScorer(lm, self.lmeval.settings, include_path=self.lmeval.include_path,
+                                n_parameters=n_params if n_params is not None else size)
+
+        return open_lmeval(model, store_dir, dtype=self.dtype, options=options, state=state, scorer=scorer)
 
     def describe(self) -> str:
         return f"through lm-eval {self.lmeval.settings.lm_eval_version} tasks"

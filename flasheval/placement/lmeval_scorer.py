@@ -20,7 +20,7 @@ refused in one line (the comparison would not be paired).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,9 +31,26 @@ from flasheval.lmeval.settings import LmEvalSettings, prompt_hashes
 from flasheval.lmeval.tasks import example_scores, make_task_manager, run_tasks
 from flasheval.placement.scorers import ScoredExamples
 
-__all__ = ["LmEvalScorer"]
+__all__ = ["LmEvalScorer", "doc_tokens"]
 
 logger = logging.getLogger(__name__)
+
+
+def doc_tokens(task_name: str, wanted: Sequence[int], counts: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """Tokens the model ran for each asked doc of ``task_name`` (requests served by the store count: the cost of a run).
+
+    ``counts`` is :attr:`~flasheval.lmeval.model.FlashevalLM.doc_tokens` of one run. A ``samples=`` run hands the
+    model its docs numbered by position in the sorted id list (lm-eval 0.4.13); a whole-task run by their own ids.
+    Either numbering is read; anything else, or a doc that ran nothing, is an error, never a zero.
+    """
+    seen = {doc for task, doc in counts if task == task_name}
+    own = {str(i) for i in wanted}
+    if seen == own:
+        return {str(i): counts[(task_name, str(i))] for i in wanted}
+    if seen == {str(k) for k in range(len(wanted))}:
+        return {str(i): counts[(task_name, str(k))] for k, i in enumerate(wanted)}
+    raise BackendError(f"task {task_name}: lm-eval ran requests for docs {sorted(seen)[:5]}, not the {len(wanted)} "
+                       f"asked ({sorted(own)[:5]}...): cannot tell each doc's tokens")
 
 
 class LmEvalScorer:
@@ -90,29 +107,12 @@ class LmEvalScorer:
             raise InputError(f"lm-eval returned no score for docs {missing[:5]} of {task_name}", field="samples")
         built = prompt_hashes(results["samples"][task_name])  # type: ignore[index]
         self._check_prompts(task_name, set(example_ids), built)
-        per_doc = self._doc_tokens(task_name, wanted, counts)
+        per_doc = doc_tokens(task_name, wanted, counts)
         tokens = [per_doc[str(i)] for i in example_ids]
         self.scored += [(task_name, i, by_id[i], n) for i, n in zip(example_ids, tokens)]
         logger.info("scored %d docs of %s through lm-eval", len(example_ids), task_name)
         return ScoredExamples(scores=np.array([by_id[i] for i in example_ids], dtype=np.float64),
                               n_tokens=np.array(tokens, dtype=np.int64))
-
-    @staticmethod
-    def _doc_tokens(task_name: str, wanted: list[int], counts: dict[tuple[str, str], int]) -> dict[str, int]:
-        """Tokens the model ran for each asked doc (requests served by the store count: the cost of a run).
-
-        A ``samples=`` run hands the model its docs numbered by position in the sorted id list
-        (lm-eval 0.4.13); a whole-task run (few-shot) by their own ids. Either numbering is read;
-        anything else, or a doc that ran nothing, is an error, never a zero.
-        """
-        seen = {doc for task, doc in counts if task == task_name}
-        own = {str(i) for i in wanted}
-        if seen == own:
-            return {str(i): counts[(task_name, str(i))] for i in wanted}
-        if seen == {str(k) for k in range(len(wanted))}:
-            return {str(i): counts[(task_name, str(k))] for k, i in enumerate(wanted)}
-        raise BackendError(f"task {task_name}: lm-eval ran requests for docs {sorted(seen)[:5]}, not the {len(wanted)} "
-                           f"asked ({sorted(own)[:5]}...): cannot tell each doc's tokens")
 
     def _check_prompts(self, task_name: str, asked: set[str], hashes: dict[str, str]) -> None:
         pinned = self._settings.tasks[task_name].prompt_hashes

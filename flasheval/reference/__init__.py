@@ -6,9 +6,10 @@
 * :mod:`~flasheval.reference.importing`   — other formats in (a long parquet table, lm-eval ``--log_samples``),
   streamed into per-dataset score matrices (:mod:`~flasheval.reference.matrices`,
   :mod:`~flasheval.reference.long_table`, :mod:`~flasheval.reference.lmeval_logs`);
-* :mod:`~flasheval.reference.build`       — build a reference by scoring real models on a task suite;
+* :mod:`~flasheval.reference.build`       — what a reference built on a task suite pins: its examples, its settings
+  (the loop that scores the models, for both engines, is :mod:`flasheval.placement.building`);
 * :mod:`~flasheval.reference.live`        — what a built reference pins, and the check that a live run reproduces it;
-* :mod:`~flasheval.reference.lmeval_live` — the same for lm-eval references (build through lm-eval tasks, check).
+* :mod:`~flasheval.reference.lmeval_live` — the same for lm-eval references (a build's docs and settings, check).
 
 The leaderboard and import APIs are re-exported here; ``build`` and ``live`` run models and are
 imported from their modules.

@@ -4,7 +4,8 @@ tiny random Llama) on two synthetic local tasks (0-shot and 3-shot multiple choi
 third model is placed live through the bridge, stage by stage, on only the new doc ids. Its
 scores must equal lm-eval's HF backend's on the same docs (an independent run), and a changed
 task config, few-shot count or lm-eval version must be refused in one line.
-``reference build --engine lm-eval`` builds the same kind of reference itself."""
+``reference build --engine lm-eval`` builds the same kind of reference itself, with the same files and fields as a
+DCLM-format build (token counts included, so a sweep under a token budget runs on it)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
+import flasheval
 from flasheval.cli import main
+from flasheval.placement.building import EXAMPLE_FIELDS
+from flasheval.placement.results import Budget
 from flasheval.records import read_record
 from flasheval.reference import load_reference
 from tests._tiny_models import save_tiny_models
@@ -149,18 +155,24 @@ def test_another_lm_eval_version_is_refused(world, capsys, tmp_path):
     assert "scored with lm-eval 0.4.12; installed is 0.4.13" in _error_line(capsys)
 
 
-def test_reference_build_engine_lm_eval(world, capsys):
-    out = world["root"] / "built"
-    tiny = world["tiny"]
+@pytest.fixture(scope="module")
+def lm_built(world) -> Path:
+    """``reference build --engine lm-eval`` of the tiny m0 and m1 on 6 docs of each task (one build, three tests)."""
+    out, tiny = world["root"] / "built", world["tiny"]
     assert main(["reference", "build", "--engine", "lm-eval", "--models", f"m0=hf:{tiny['m0']}", f"m1=hf:{tiny['m1']}",
                  "--tasks", ",".join(TASKS), "--include_path", str(world["tasks"]), "--n-examples", "6",
                  "--name", "built", "--output-root", str(out), "--work-dir", str(world["root"] / "work"),
                  "--device", "cpu"]) == 0
-    built = load_reference(out / "built")
+    return out / "built"
+
+
+def test_reference_build_engine_lm_eval(world, lm_built, capsys):
+    tiny = world["tiny"]
+    built = load_reference(lm_built)
     assert built.manifest.build["kind"] == "lm-eval" and all(len(ids) == 6 for ids in built.example_ids)
     assert built.manifest.build["dtype"] == "float32"  # pinned: a placement in another dtype is refused
     capsys.readouterr()
-    assert main(["place", "--model", f"third=hf:{tiny['m1']}", "--reference", str(out / "built"), "--dtype",
+    assert main(["place", "--model", f"third=hf:{tiny['m1']}", "--reference", str(lm_built), "--dtype",
                  "bfloat16", "--device", "cpu", "--output", str(world["root"] / "bf16")]) == 1
     assert "was built in float32; placing in bfloat16 would not be comparable" in capsys.readouterr().err
     assert not (world["root"] / "bf16").exists()  # refused before the model loaded
@@ -172,15 +184,60 @@ def test_reference_build_engine_lm_eval(world, capsys):
         assert list(built.scores[d][built.index("m0")]) == list(imported.scores[d][imported.index(m0)][cols])
 
 
-def test_sweep_on_an_lm_eval_reference(world):
+def _key_sets(reference: Path, work: Path) -> dict[str, object]:
+    """What a build wrote, as names: its files and every field of the manifest, the build log and the scores."""
+    manifest = json.loads((reference / "manifest.json").read_text(encoding="utf-8"))
+    log = read_record(work / "build.json")
+    model_fields = {tuple(sorted(m)) for m in manifest["build"]["models"].values()}
+    return {"reference files": sorted(p.name for p in reference.iterdir()),
+            "work files": sorted(p.name for p in work.iterdir()),
+            # random_baselines: written for a centered suite only (DCLM CORE here), by either engine
+            "manifest": sorted(set(manifest) - {"random_baselines"}), "build models": model_fields,
+            "build.json": sorted(log.payload), "columns": sorted(pd.read_parquet(reference / "scores.parquet").columns),
+            "log models": sorted(log.payload["seconds"]) == sorted(log.payload["computed_requests"])
+            == sorted(log.payload["examples"]) == sorted(manifest["build"]["models"])}
+
+
+def test_both_engines_write_the_same_files_and_fields(world, lm_built, task_dir):
+    tiny, root = world["tiny"], world["root"]
+    assert main(["reference", "build", "--models", f"m0=hf:{tiny['m0']}", f"m1=hf:{tiny['m1']}", "--suite",
+                 "dclm-core", "--task-dir", str(task_dir), "--tasks", "copa", "--n-examples", "2", "--device", "cpu",
+                 "--name", "dclm", "--output-root", str(root / "dclm"), "--work-dir", str(root / "work-dclm")]) == 0
+    dclm, lmeval = _key_sets(root / "dclm" / "dclm", root / "work-dclm"), _key_sets(lm_built, root / "work")
+    assert dclm == lmeval and lmeval["log models"] is True
+    assert "n_tokens" in lmeval["columns"] and "build.json" in lmeval["work files"]
+    log = read_record(root / "work" / "build.json").payload
+    for rows in log["examples"].values():  # every example: task, id, score, tokens (and lm-eval's prompt hash)
+        assert len(rows) == 12 and all(set(EXAMPLE_FIELDS) <= set(r) and r["n_tokens"] > 0 for r in rows)
+    built = load_reference(lm_built)
+    assert all(t is not None and (t > 0).all() for t in built.n_tokens)
+    by_doc = {(r["task_name"], r["example_id"]): r["n_tokens"] for r in log["examples"]["m0"]}
+    for d, task in enumerate(built.dataset_names):  # the reference's token counts are the log's
+        assert [by_doc[(task, i)] for i in built.example_ids[d]] == list(built.n_tokens[d][built.index("m0")])
+    # Built again (--force) on the same work folder: everything from the store, nothing loaded, same reference.
+    assert main(["reference", "build", "--engine", "lm-eval", "--models", f"m0=hf:{tiny['m0']}", f"m1=hf:{tiny['m1']}",
+                 "--tasks", ",".join(TASKS), "--include_path", str(world["tasks"]), "--n-examples", "6",
+                 "--name", "again", "--output-root", str(root / "again"), "--work-dir", str(root / "work"),
+                 "--device", "cpu"]) == 0
+    assert read_record(root / "work" / "build.json").payload["computed_requests"] == {"m0": 0, "m1": 0}
+    again = load_reference(root / "again" / "again")
+    for a, b in zip(built.scores + built.n_tokens, again.scores + again.n_tokens):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_sweep_with_a_token_budget_on_an_lm_eval_build(world, lm_built):
+    # Refused before the lm-eval build recorded n_tokens ("records no token counts, so a token or FLOPs budget
+    # cannot be checked"). 1000 tokens pay for one checkpoint's first stage (about 740 tokens), not a second's.
     out = world["root"] / "sweep"
-    assert main(["sweep", "--models", f"third=hf:{world['tiny']['m1']}", f"fourth=hf:{world['tiny']['m0']}",
-                 "--reference", str(world["ref"]), "--tiers", str(world["plan"]), "--output", str(out), "--device",
-                 "cpu", "--budget-examples", "32", "--max-loaded", "1"]) == 0
+    run = flasheval.sweep([f"third=hf:{world['tiny']['m1']}", f"fourth=hf:{world['tiny']['m0']}"], lm_built,
+                          budget=Budget(max_tokens=1000), plan=world["plan"], device="cpu", output=out, max_loaded=1)
     record = read_record(out / "sweep.json").payload
-    assert record["live"]["engine"] == "lm-eval" and record["live"]["max_loaded"] == 1
-    for name in ("third", "fourth"):
-        checkpoint = record["live"]["checkpoints"][name]
-        assert checkpoint["asked"] and checkpoint["loads"] >= 1  # loaded on demand by the pool (--max-loaded holds)
-        ids = [(a["task_name"], i) for a in checkpoint["asked"] for i in a["example_ids"]]
-        assert len(ids) == len(set(ids))  # never the same doc twice
+    assert record["live"]["engine"] == "lm-eval" and record["budget"]["tokens"] == 1000
+    scored = [c for c in run.result.checkpoints if c.n_tokens]
+    stopped = [c for c in run.result.checkpoints if not c.n_tokens]
+    assert len(scored) == len(stopped) == 1 and sum(c.n_tokens for c in scored) <= 1000
+    assert stopped[0].status == "unresolved at budget" and "budget" in stopped[0].reason
+    live = record["live"]["checkpoints"]
+    assert live[stopped[0].model_id]["loads"] == 0  # the budget stopped it before its weights loaded
+    ids = [(a["task_name"], i) for a in live[scored[0].model_id]["asked"] for i in a["example_ids"]]
+    assert ids and len(ids) == len(set(ids))  # never the same doc twice
