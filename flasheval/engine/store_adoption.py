@@ -37,6 +37,7 @@ from flasheval.engine.store_shards import (
     migrate_legacy,
     shard_path,
 )
+from flasheval.errors import BackendError
 
 __all__ = ["ADOPTED_SUFFIX", "adopt_shard"]
 
@@ -61,7 +62,9 @@ def adopt_shard(folder: str | os.PathLike[str], *, previous: str, fingerprint: s
     Raises
     ------
     BackendError
-        When another run holds either model's shard (e.g. a run of an earlier release still writing it).
+        When another run writes model ``fingerprint`` into ``folder`` (opening its store would be refused too).
+        Another run holding the old shard (a run of an earlier release writing it, another run adopting it)
+        is not an error: nothing is adopted now, with a warning.
 
     Examples
     --------
@@ -82,7 +85,12 @@ def adopt_shard(folder: str | os.PathLike[str], *, previous: str, fingerprint: s
     if previous == fingerprint or not (old.exists() or (folder / LEGACY_FILE).exists()):
         return 0
     migrate_legacy(folder)
-    old_lock = lock_shard(folder, previous)
+    try:
+        old_lock = lock_shard(folder, previous)
+    except BackendError:  # a run of an earlier release writes it, or another run adopts it now: not this run's
+        logger.warning("%s: the results stored under this model's earlier key are being written by another run; "
+                       "not adopted now (a later run adopts them)", folder)
+        return 0
     try:
         new_lock = lock_shard(folder, fingerprint)
         try:

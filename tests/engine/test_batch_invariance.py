@@ -104,4 +104,4 @@ def test_smollm2_in_bf16_is_batch_invariant_within_a_hundredth_of_a_nat(smollm_p
     requests = [LoglikelihoodRequest(task_name="t", example_id=str(e), choice_index=c, context=context,
                                      continuation=continuation)
                 for e, (context, choices) in enumerate(contexts.items()) for c, continuation in enumerate(choices)]
-    assert largest_batch_effect(backend._model, backend.tokenizer, requests) <= 1e-2
+    assert largest_batch_effect(backend.model, backend.tokenizer, requests) <= 1e-2

@@ -99,3 +99,35 @@ def test_a_store_of_the_previous_release_is_adopted_once_then_kept_to_its_settin
     assert computed == len(REQUESTS) and max(other) < 0  # computed, not the adopted (impossible) results
     monkeypatch.undo()
     assert _score(tiny_folder, tmp_path)[:2] == ([m.logprob_sum for m in marked], 0)  # the adopting settings keep them
+
+
+def test_lm_evals_convention_key_carries_the_previous_key_as_the_previous_release_combined_it():
+    pytest.importorskip("torch")
+    from flasheval.engine.hf import HFBackend
+    from flasheval.lmeval.conventions import CONVENTION_VERSION, LmEvalConventionBackend
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=3)
+    inner = HFBackend(model, tokenizer, fingerprint="with-settings", previous_fingerprint="old-key")
+    convention = LmEvalConventionBackend(inner, max_length=32)
+    assert convention.info.previous_fingerprint == stable_hash(("old-key", CONVENTION_VERSION, 32))
+    assert convention.fingerprint == stable_hash(("with-settings", CONVENTION_VERSION, 32))
+    assert dataclasses.replace(convention.info, previous_fingerprint="old-key") == inner.info
+
+
+def test_an_old_shard_another_run_writes_is_left_to_a_later_run(tmp_path, caplog):
+    import os
+
+    from flasheval.engine.store_adoption import adopt_shard
+    from flasheval.engine.store_shards import lock_shard
+
+    with ResultStore(tmp_path, fingerprint="old") as store:
+        store.put_many([("k", LoglikelihoodResult(task_name="t", example_id="0", choice_index=0, logprob_sum=1.0,
+                                                  n_tokens=1, is_greedy=True))])
+    held = lock_shard(tmp_path, "old")  # as a run of the earlier release writing it holds it
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert adopt_shard(tmp_path, previous="old", fingerprint="new") == 0
+        assert "not adopted now" in caplog.text
+    finally:
+        os.close(held)
+    assert adopt_shard(tmp_path, previous="old", fingerprint="new") == 1
