@@ -160,10 +160,10 @@ def check_one(name: str, n_examples: int, tokenizer: Any, args: argparse.Namespa
     started = time.perf_counter()
     backend = open_model(name, tokenizer, args)
     lm = None if args.skip_lmeval else et.lmeval_around(backend, args.batch_size)
-    device, n_params = backend._pass.device, n_parameters(backend)
+    device, n_params = torch.device(backend.info.device), n_parameters(backend)
     opened = time.perf_counter() - started
     runs = et.task_runs(backend, n_examples, args.seed)
-    config, dtype = backend._model.config, backend._model.dtype
+    config, dtype = backend.model.config, backend.model.dtype
     m = args.batch_size * round(statistics.fmean(r.tokens["lm-eval"] / len(r.requests) for r in runs))
     print(f"== {name}{' (small)' if args.small else ''}: {n_params / 1e9:.3f}B parameters (hidden {config.hidden_size}, "
           f"{config.num_hidden_layers} layers, vocab {config.vocab_size}), {args.dtype}, {device}, batch size "

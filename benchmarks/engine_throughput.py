@@ -176,7 +176,7 @@ def lmeval_around(backend: Any, batch_size: int) -> Any:
     except ImportError:
         raise BenchmarkError('lm-eval is not installed: pip install -e ".[lm-eval]" (or --skip-lmeval)') from None
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # "pretrained is not a string" is what we mean
-    return HFLM(pretrained=backend._model, tokenizer=copy.deepcopy(backend.tokenizer), batch_size=batch_size,
+    return HFLM(pretrained=backend.model, tokenizer=copy.deepcopy(backend.tokenizer), batch_size=batch_size,
                 max_length=backend.max_length, softmax_dtype=torch.float32)
 
 
@@ -187,7 +187,7 @@ def task_runs(backend: Any, n_examples: int, seed: int) -> list[TaskRun]:
 
     runs = []
     for selection in select_examples(TASKS, task_dir(), n_examples=n_examples, seed=seed):
-        by_id = task_requests(selection, seed=seed, prefix_space=backend.prefix_space)
+        by_id = task_requests(selection, seed=seed, prefix_space=backend.info.prefix_space)
         requests = [r for reqs in by_id.values() for r in reqs]
         results = dict(zip(requests, backend.loglikelihood(requests)))  # token counts (and a warm-up)
         runs.append(TaskRun(name=selection.spec.name, requests=requests, n_examples=len(by_id), tokens={
@@ -353,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 1
         raise
-    config, device = backend._model.config, backend._pass.device
+    config, device = backend.model.config, torch.device(backend.info.device)
     n_params = n_parameters(backend)
     lengths = [run.tokens["lm-eval"] / len(run.requests) for run in runs]
     m = args.batch_size * round(statistics.fmean(lengths))
@@ -363,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           + ("" if lm is None else f", lm-eval {importlib.metadata.version('lm-eval')}")
           + f"; matmul ({shape[0]}, {shape[1]}) x ({shape[1]}, {shape[2]}); {args.repeats} repeats, medians")
     achieved = measure(runs, scorers(backend, lm), repeats=args.repeats, device=device,
-                       matmul=lambda: matmul_flops(*shape, dtype=backend._model.dtype, device=device))
+                       matmul=lambda: matmul_flops(*shape, dtype=backend.model.dtype, device=device))
     loads.append(os.getloadavg())
     limit = statistics.median(achieved)
     print(f"machine limit: dense matmul {limit / 1e9:.1f} GFLOP/s (median of {len(achieved)}; "

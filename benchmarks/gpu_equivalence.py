@@ -22,7 +22,7 @@ backend = load_hf_backend(str(gguf.parent), gguf_file=gguf.name, dtype="float32"
 requests = []
 for s in select_examples(["arc_easy", "hellaswag"], tasks, n_examples=20, seed=1234):
     requests += [r for rs in task_requests(s, seed=1234).values() for r in rs]
-model, tok = backend._model, backend._tokenizer
+model, tok = backend.model, backend.tokenizer
 print("tf32 matmul:", torch.backends.cuda.matmul.allow_tf32, "attn:", getattr(model.config, "_attn_implementation", "?"))
 def compare(label):
     shared = HFBackend(model, tok, fingerprint="x", batch_size=32).loglikelihood(requests)

@@ -181,11 +181,14 @@ def test_held_out_text_advances_the_bar_within_one_unit_of_requests(world, bars,
 
 def test_a_generation_unit_stores_and_advances_per_batch():
     """The runner hands the backend a unit of ``batch_size`` requests; the backend's batches must show."""
+    from flasheval.engine.base import BackendInfo
     from flasheval.engine.distributed import DistributedBackend
     from flasheval.types import GenerationRequest, GenerationResult
 
     class TwoPerBatch:
-        fingerprint, batch_size = "fake", 8
+        fingerprint = "fake"
+        info = BackendInfo(prefix_space=True, batch_size=8, is_loaded=True, load_seconds=0.0, n_parameters=None,
+                           dtype=None, device=None)
 
         def generate(self, requests, *, on_results=None):
             results = [GenerationResult(task_name=r.task_name, example_id=r.example_id, text="x", n_context_tokens=1,

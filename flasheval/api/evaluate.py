@@ -206,10 +206,10 @@ def evaluate(
                              max_length=max_length, device_map=placement)  # weights load on the first request not stored
         open_seconds = time.perf_counter() - load_started
         watch_load(report, backend, resolved.model_id)
-        check_resolved_dtype(compare_dtype, getattr(backend, "dtype_name", dtype))  # auto made concrete, nothing loaded
+        check_resolved_dtype(compare_dtype, backend.info.dtype)  # auto made concrete, nothing loaded
         if isinstance(resolved, LoadedModel):
             stack.enter_context(scoring_mode(resolved.model))
-        prefix_space = getattr(backend, "prefix_space", True)
+        prefix_space = backend.info.prefix_space
         per_task = {s.spec.name: task_requests(s, seed=seed, prefix_space=prefix_space) for s in selections}
         flat = evaluation_requests(per_task, held)
 
@@ -220,16 +220,16 @@ def evaluate(
         # Not shut down after a failure: the others may be stuck in another collective; the launcher ends them.
         results, counts = score_through_store(backend, flat, store_dir, state, progress_bar=progress_bar,
                                               on_planned=planned)
-        model_loaded = bool(getattr(backend, "is_loaded", True))  # False: the store answered every request
+        model_loaded = backend.info.is_loaded  # False: the store answered every request
         other = None
         if compare_dtype is not None:
-            getattr(backend, "release", lambda: None)()  # one copy of the weights in memory at a time
+            backend.release()  # one copy of the weights in memory at a time
             report("start", f"scoring the task examples again with the weights in {compare_dtype}")
             other = score_in_dtype(resolved, compare_dtype, selections=selections, per_task=per_task,
                                    store_dir=store_dir, state=state, progress_bar=progress_bar,
                                    open_options={"device": device or "auto", "batch_size": batch_size or 32,
                                                  "max_length": max_length, "device_map": placement})
-    load_seconds = open_seconds + float(getattr(backend, "load_seconds", 0.0))
+    load_seconds = open_seconds + backend.info.load_seconds
     counts = {**counts, "load_seconds": load_seconds, "wall_seconds": time.perf_counter() - started}
     try:
         outcome = evaluation_results(selections, per_task, held, results)
@@ -259,7 +259,7 @@ def evaluate(
         }
         if other is not None:
             payload["dtype_comparison"] = comparison_block(
-                str(getattr(backend, "dtype_name", dtype)), {t.task_name: t.accuracy for t in outcome.tasks},
+                str(backend.info.dtype), {t.task_name: t.accuracy for t in outcome.tasks},
                 outcome.records, other)
         if not state.is_main_process or output is None:
             return EvaluationRun(summary=payload, records=tuple(outcome.records),

@@ -81,6 +81,8 @@ class Reporter:
 def watch_load(report: Reporter, backend: Any, model_id: str) -> None:
     """Report a ``load`` step when ``backend``'s weights load (a backend opened without them, see
     :class:`~flasheval.engine.deferred.DeferredBackend`); a model already in memory reports nothing."""
-    if hasattr(backend, "on_load"):
+    from flasheval.engine.deferred import DeferredBackend
+
+    if isinstance(backend, DeferredBackend):
         backend.on_load = lambda seconds: report("load", f"loaded the weights of {model_id} in {seconds:.1f} s",
                                                  seconds=seconds)

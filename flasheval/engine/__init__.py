@@ -2,7 +2,7 @@
 
 One job per module:
 
-* :mod:`~flasheval.engine.base`        — the batch-first backend protocol;
+* :mod:`~flasheval.engine.base`        — the batch-first backend protocol and what a backend reports (``BackendInfo``);
 * :mod:`~flasheval.engine.specs`       — ``--model`` strings (``hf:`` / ``gguf:`` / ``replay:``, ``[NAME=]SPEC``);
 * :mod:`~flasheval.engine.loading`     — open a model (a spec's, or one held in memory), alone or behind the results store;
 * :mod:`~flasheval.engine.in_memory`   — a loaded ``transformers`` model scored in place: identity, eval mode;
@@ -14,9 +14,10 @@ One job per module:
 * :mod:`~flasheval.engine.hf_loading`  — load a local folder, GGUF file or hub id into the HF backend;
 * :mod:`~flasheval.engine.deferred`    — a spec's model opened without its weights (loaded on the first miss);
 * :mod:`~flasheval.engine.device_map`  — models larger than one GPU: device maps, memory caps, offload, replica slices;
-* :mod:`~flasheval.engine.fingerprint` — what identifies a model's weights in the store;
+* :mod:`~flasheval.engine.fingerprint` — what keys a model's results: its files, dtype and run settings;
 * :mod:`~flasheval.engine.store`       — the crash-safe results store and the caching wrapper;
 * :mod:`~flasheval.engine.store_shards` — the store's files: one shard per model, the old single file's migration;
+* :mod:`~flasheval.engine.store_adoption` — results stored under the earlier key (no run settings), adopted once;
 * :mod:`~flasheval.engine.journal`     — the durable append-only journal both stores write;
 * :mod:`~flasheval.engine.distributed` — data parallelism under ``accelerate launch``;
 * :mod:`~flasheval.engine.progress_bar` — the per-batch bar (stderr, main process, terminals only);
@@ -26,7 +27,7 @@ Importing this package does NOT import torch, transformers or accelerate.
 
 from __future__ import annotations
 
-from flasheval.engine.base import SCORING_VERSION, Backend, OnResults
+from flasheval.engine.base import SCORING_VERSION, Backend, BackendInfo, OnResults
 from flasheval.engine.distributed import DistributedBackend, request_id
 from flasheval.engine.loading import n_parameters, open_backend, open_cached_backend
 from flasheval.engine.specs import (
@@ -41,6 +42,7 @@ from flasheval.engine.store import CachedBackend, ResultStore
 
 __all__ = [
     "Backend",
+    "BackendInfo",
     "OnResults",
     "SCORING_VERSION",
     "CachedBackend",

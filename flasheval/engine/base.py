@@ -5,11 +5,19 @@ each carrying its ``task_name`` / ``example_id`` / ``choice_index``, so results 
 matched by id after a distributed gather. Backends may call ``on_results`` with
 ``(request index, result)`` pairs as each internal batch finishes, so a caching wrapper can
 store finished work durably before the whole call returns.
+
+The contract is the methods of :class:`Backend` plus ONE value, :class:`BackendInfo`: what a
+backend reports about itself (prefix space, batch size, whether its weights are loaded, load and
+forward seconds, parameter count, dtype, device). Every backend states each of them, so no caller
+guesses a default for a backend that does not say (a prefix space silently assumed would change the
+prompts). Wrappers (the results store's :class:`~flasheval.engine.store.CachedBackend`, the
+data-parallel runner, lm-eval's conventions) report the info of the backend they wrap.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from flasheval.types import (
@@ -22,7 +30,7 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["Backend", "OnResults", "SCORING_VERSION"]
+__all__ = ["Backend", "BackendInfo", "OnResults", "SCORING_VERSION", "example_units"]
 
 SCORING_VERSION = "3"
 """Version of the scoring conventions (tokenization, truncation, windows). Part of every model
@@ -32,6 +40,58 @@ fingerprint: bump it when a change alters any log-likelihood, so stored results 
 
 OnResults = Callable[[Sequence[tuple[int, Result]]], None]
 """Callback receiving ``(index into the request list, result)`` pairs as a batch finishes."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendInfo:
+    """What a backend reports about itself, at the moment it is asked (ask again after scoring).
+
+    Examples
+    --------
+    >>> info = BackendInfo(prefix_space=True, batch_size=32, is_loaded=False, load_seconds=0.0,
+    ...                    n_parameters=134_515_008, dtype="float32", device="cpu")
+    >>> info.is_loaded, info.forward_tokens, info.previous_fingerprint
+    (False, 0, None)
+    >>> BackendInfo(prefix_space=True, batch_size=0, is_loaded=True, load_seconds=0.0, n_parameters=None,
+    ...             dtype=None, device=None)
+    Traceback (most recent call last):
+    ...
+    ValueError: batch_size must be >= 1, got 0
+    """
+
+    prefix_space: bool
+    """Whether continuations should carry a leading space (:func:`~flasheval.engine.planning.prefix_space`):
+    the prompts are built with it."""
+    batch_size: int
+    """Rows per forward pass now (smaller after an out-of-memory back-off); the data-parallel runner's
+    unit of generation work."""
+    is_loaded: bool
+    """Whether the weights are in memory (``False``: a model opened without them, that the store has
+    answered entirely so far)."""
+    load_seconds: float
+    """Wall seconds this backend spent loading the weights (0.0: not loaded, or handed over loaded)."""
+    n_parameters: int | None
+    """Parameters of the model (tied weights once); ``None`` when the backend cannot tell."""
+    dtype: str | None
+    """The dtype the model computes in (``float32``, ``bfloat16``, ...); ``None`` when unknown."""
+    device: str | None
+    """Where the inputs go (``cpu``, ``cuda:0``, ...); ``None`` when unknown."""
+    forward_seconds: float = 0.0
+    """Seconds spent in the model's forward passes so far."""
+    forward_tokens: int = 0
+    """Tokens those passes ran."""
+    previous_fingerprint: str | None = None
+    """The key this model's results had before the fingerprint covered the run settings (device type,
+    attention, library versions, padding): a store written then is adopted under :attr:`Backend.fingerprint`
+    once (:mod:`flasheval.engine.store_adoption`). ``None``: nothing to adopt."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.load_seconds < 0 or self.forward_seconds < 0 or self.forward_tokens < 0:
+            raise ValueError("seconds and token counts must be >= 0")
+        if self.n_parameters is not None and self.n_parameters < 0:
+            raise ValueError(f"n_parameters must be >= 0, got {self.n_parameters}")
 
 
 @runtime_checkable
@@ -44,7 +104,24 @@ class Backend(Protocol):
     @property
     def fingerprint(self) -> str:
         """Stable digest of everything that determines the results (weights, config, tokenizer,
-        revision, dtype, scoring version). Results of different fingerprints never mix."""
+        revision, dtype, scoring version, and the run settings: device type, attention implementation,
+        torch and transformers versions, padding multiple). Results of different fingerprints never mix."""
+        ...
+
+    @property
+    def info(self) -> BackendInfo:
+        """What the backend reports about itself now (:class:`BackendInfo`)."""
+        ...
+
+    def plan_batches(self, requests: Sequence[LoglikelihoodRequest]) -> list[tuple[int, ...]]:
+        """Request indices of each forward batch :meth:`loglikelihood` would run, in order (the data-parallel
+        runner deals these out, so a request is scored in the same batch whatever the number of processes);
+        a backend without batches of its own returns :func:`example_units`."""
+        ...
+
+    def release(self) -> None:
+        """Free the weights this backend loaded (a later request loads them again); a no-op for a backend
+        that loaded none of its own (a model the caller holds stays where it is)."""
         ...
 
     def loglikelihood(
@@ -64,3 +141,28 @@ class Backend(Protocol):
     ) -> list[RollingLoglikelihoodResult]:
         """Log-likelihood of whole texts, scored in windows of the model's context length."""
         ...
+
+
+def example_units(requests: Sequence[LoglikelihoodRequest | GenerationRequest | RollingLoglikelihoodRequest],
+                  per_unit: int) -> list[tuple[int, ...]]:
+    """Chunks of about ``per_unit`` request indices that never split one example's requests.
+
+    Examples
+    --------
+    >>> reqs = [RollingLoglikelihoodRequest(task_name="t", example_id=e, text="x") for e in "aabbc"]
+    >>> example_units(reqs, 3)
+    [(0, 1), (2, 3, 4)]
+    """
+    by_example: dict[tuple[str, str], list[int]] = {}
+    for index, request in enumerate(requests):
+        by_example.setdefault((request.task_name, request.example_id), []).append(index)
+    units: list[tuple[int, ...]] = []
+    current: list[int] = []
+    for indices in by_example.values():
+        if current and len(current) + len(indices) > per_unit:
+            units.append(tuple(current))
+            current = []
+        current.extend(indices)
+    if current:
+        units.append(tuple(current))
+    return units

@@ -3,8 +3,10 @@
 Which stored results are a model's is decided by its fingerprint, and the fingerprint needs only the
 model's files and config (:func:`~flasheval.engine.hf_loading.plan_hf_load`), so a rerun whose every
 request is in the store never loads the weights: :class:`DeferredBackend` answers ``fingerprint``,
-``tokenizer``, ``prefix_space`` and ``n_parameters`` from the config and tokenizer, and loads the
-weights (:func:`~flasheval.engine.hf_loading.load_planned`) the first time a request has to be computed.
+``tokenizer`` and its :class:`~flasheval.engine.base.BackendInfo` (prefix space, parameters, dtype, device)
+from the plan and tokenizer, and loads the weights (:func:`~flasheval.engine.hf_loading.load_planned`)
+the first time a request has to be computed. Only the contract's methods are offered: nothing of the
+loaded backend is forwarded by name (its private parts stay its own).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flasheval.engine.base import OnResults
+from flasheval.engine.base import BackendInfo, OnResults
 from flasheval.engine.hf import HFBackend
 from flasheval.engine.planning import prefix_space
 from flasheval.errors import BackendError
@@ -31,9 +33,6 @@ __all__ = ["DeferredBackend"]
 
 logger = logging.getLogger(__name__)
 
-# Attributes an HFBackend sets in __init__ that callers read (tests, benchmarks): delegating them loads the weights.
-_INSTANCE_ATTRIBUTES = frozenset({"_model", "_tokenizer", "_limits", "_pass"})
-
 
 class DeferredBackend:
     """The :class:`~flasheval.engine.hf.HFBackend` of a planned load, loaded on first use.
@@ -49,8 +48,6 @@ class DeferredBackend:
     ----------
     on_load
         Called with the load's wall seconds when the weights have loaded (e.g. to print a line); ``None``: nothing.
-    load_seconds
-        Wall seconds the weights took to load (0.0 while they have not).
     """
 
     def __init__(self, plan: Any, *, batch_size: int = 32, share_context: bool = True) -> None:
@@ -61,9 +58,9 @@ class DeferredBackend:
         self._share_context = share_context
         self._tokenizer = load_tokenizer(plan)
         self._backend: HFBackend | None = None
-        self._n_parameters: int | None = None
+        self._prefix_space: bool | None = None  # asked of the tokenizer on first use
+        self._load_seconds = 0.0
         self.on_load: Callable[[float], None] | None = None
-        self.load_seconds = 0.0
 
     @property
     def fingerprint(self) -> str:
@@ -75,50 +72,29 @@ class DeferredBackend:
         return self._tokenizer
 
     @property
-    def prefix_space(self) -> bool:
-        """See :func:`~flasheval.engine.planning.prefix_space`."""
-        return prefix_space(self._tokenizer)
-
-    @property
     def max_length(self) -> int:
         return self._plan.max_length
 
     @property
-    def dtype_name(self) -> str:
-        """The dtype the weights load in (``auto`` resolved), known before they load."""
-        return self._plan.dtype_name
-
-    @property
-    def batch_size(self) -> int:
-        """Rows per forward pass (the loaded backend's, smaller after an out-of-memory back-off)."""
-        return self._batch_size if self._backend is None else self._backend.batch_size
-
-    @property
-    def is_loaded(self) -> bool:
-        """Whether the weights are in memory."""
-        return self._backend is not None
-
-    @property
-    def forward_seconds(self) -> float:
-        """Seconds in the model's forward passes (:attr:`HFBackend.forward_seconds
-        <flasheval.engine.hf.HFBackend>`; 0.0 while the weights have not loaded)."""
-        return 0.0 if self._backend is None else self._backend.forward_seconds
-
-    @property
-    def forward_tokens(self) -> int:
-        """Tokens those passes ran (0 while the weights have not loaded)."""
-        return 0 if self._backend is None else self._backend.forward_tokens
-
-    @property
-    def n_parameters(self) -> int:
-        """Parameters of the model: counted on the loaded model, or on an empty copy before it loads."""
-        if self._backend is not None:
-            return int(sum(p.numel() for p in self._backend._model.parameters()))
-        if self._n_parameters is None:
-            from flasheval.engine.hf_loading import count_parameters
-
-            self._n_parameters = count_parameters(self._plan)
-        return self._n_parameters
+    def info(self) -> BackendInfo:
+        """What the backend reports (:class:`~flasheval.engine.base.BackendInfo`), known before the weights load:
+        the batch size (the loaded backend's, smaller after an out-of-memory back-off), the dtype the weights
+        load in (``auto`` resolved), the parameters (counted on an empty copy when the plan was made)."""
+        if self._prefix_space is None:
+            self._prefix_space = prefix_space(self._tokenizer)
+        loaded = None if self._backend is None else self._backend.info
+        return BackendInfo(
+            prefix_space=self._prefix_space,
+            batch_size=self._batch_size if loaded is None else loaded.batch_size,
+            is_loaded=loaded is not None,
+            load_seconds=self._load_seconds,
+            n_parameters=self._plan.n_parameters if loaded is None else loaded.n_parameters,
+            dtype=self._plan.dtype_name,
+            device=str(self._plan.device),
+            forward_seconds=0.0 if loaded is None else loaded.forward_seconds,
+            forward_tokens=0 if loaded is None else loaded.forward_tokens,
+            previous_fingerprint=self._plan.previous_fingerprint,
+        )
 
     @property
     def backend(self) -> HFBackend:
@@ -133,16 +109,16 @@ class DeferredBackend:
             if backend.fingerprint != self._plan.fingerprint:  # load_planned keys by the plan: a guard, never expected
                 raise BackendError(f"model {self._plan.source!r} loaded with another fingerprint than planned")
             self._backend = backend
-            self.load_seconds = time.perf_counter() - start
+            self._load_seconds = time.perf_counter() - start
             if self.on_load is not None:
-                self.on_load(self.load_seconds)
+                self.on_load(self._load_seconds)
         return self._backend
 
     def release(self) -> None:
         """Drop the loaded weights (a later request loads them again), e.g. before loading another copy."""
         if self._backend is None:
             return
-        on_cuda = self._backend._pass.device.type == "cuda"
+        on_cuda = str(self._backend.info.device).startswith("cuda")
         self._backend = None
         if on_cuda:
             import torch
@@ -171,9 +147,3 @@ class DeferredBackend:
     def generate(self, requests: Sequence[GenerationRequest], *,
                  on_results: OnResults | None = None) -> list[GenerationResult]:
         return self.backend.generate(requests, on_results=on_results)
-
-    def __getattr__(self, name: str) -> Any:
-        # Only what an HFBackend has; anything else (``from_main``, probed with getattr) must not load the weights.
-        if name.startswith("__") or not (hasattr(HFBackend, name) or name in _INSTANCE_ATTRIBUTES):
-            raise AttributeError(name)
-        return getattr(self.backend, name)

@@ -1,10 +1,10 @@
 """Data parallelism with accelerate: split work across processes, gather by id.
 
 Under ``accelerate launch`` every process holds the same request list and a copy of the
-model. The work is cut into units: the backend's own planned batches when it offers
-``plan_batches`` (so each request is scored in the same batch, with the same padding,
-whatever the number of processes: results are identical on 1 and N processes), otherwise
-chunks of whole examples. Units are dealt round-robin; after each round every process
+model. The work is cut into units: the backend's own planned batches for log-likelihoods
+(``plan_batches``: each request is scored in the same batch, with the same padding, whatever
+the number of processes: results are identical on 1 and N processes), chunks of whole examples
+for generation and rolling log-likelihoods. Units are dealt round-robin; after each round every process
 contributes ``(request id, result)`` pairs to ``gather_object`` and the pairs are matched
 back to requests by id (never by position: padded or uneven gathers reorder and repeat),
 duplicates dropped. ``on_results`` then sees every finished pair on every process; a
@@ -28,9 +28,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flasheval.engine.base import Backend, OnResults
+from flasheval.engine.base import Backend, BackendInfo, OnResults, example_units
 from flasheval.engine.progress_bar import progress_bar
 from flasheval.engine.store import CachedBackend, ResultStore
+from flasheval.engine.store_adoption import adopt_shard
 from flasheval.errors import BackendError, FlashevalError
 from flasheval.types import (
     GenerationRequest,
@@ -143,14 +144,19 @@ def main_decides(state: Any, decide: Callable[[], T], *, what: str) -> T:
     return value
 
 
-def open_shared_store(store_dir: Path, fingerprint: str, state: Any) -> ResultStore:
+def open_shared_store(store_dir: Path, fingerprint: str, state: Any, *, previous: str | None = None) -> ResultStore:
     """The results store of ``store_dir``: written by the main process, read by the others.
 
     The main process opens (and repairs) it before any other reads its own copy (which on a
     cluster without a shared filesystem may be empty or different: the plan comes from the
-    main process's, see :meth:`DistributedBackend.from_main`).
+    main process's, see :meth:`DistributedBackend.from_main`). It first adopts the results an
+    earlier release stored under the model's ``previous`` key (:func:`~flasheval.engine.store_adoption.adopt_shard`).
     """
-    store = ResultStore(store_dir, fingerprint=fingerprint) if state is None or state.is_main_process else None
+    store = None
+    if state is None or state.is_main_process:
+        if previous is not None:
+            adopt_shard(store_dir, previous=previous, fingerprint=fingerprint)
+        store = ResultStore(store_dir, fingerprint=fingerprint)
     if state is not None and state.num_processes > 1:
         with _collective(state, "opening the results store"):
             state.wait_for_everyone()
@@ -165,8 +171,9 @@ def cached_runner(backend: Backend, store_dir: Path, state: Any, *,
     ``sweep``. ``progress``: the per-batch bar of :class:`DistributedBackend` (``None``: when stderr
     is a terminal). Close the returned store when done.
     """
-    store = open_shared_store(store_dir, backend.fingerprint, state)
-    return CachedBackend(DistributedBackend(backend, state=state, progress=progress), store), store
+    store = open_shared_store(store_dir, backend.fingerprint, state, previous=backend.info.previous_fingerprint)
+    runner = DistributedBackend(backend, state=state, progress=progress)
+    return CachedBackend(runner, store, share=runner.from_main), store
 
 
 def shutdown(state: Any) -> None:
@@ -183,30 +190,14 @@ def request_id(request: Request | Result) -> tuple[str, str, int]:
     return (request.task_name, request.example_id, getattr(request, "choice_index", 0))
 
 
-def _example_units(requests: Sequence[Request], per_unit: int) -> list[tuple[int, ...]]:
-    """Chunks of ``per_unit`` requests that never split one example's requests."""
-    by_example: dict[tuple[str, str], list[int]] = {}
-    for index, request in enumerate(requests):
-        by_example.setdefault((request.task_name, request.example_id), []).append(index)
-    units: list[tuple[int, ...]] = []
-    current: list[int] = []
-    for indices in by_example.values():
-        if current and len(current) + len(indices) > per_unit:
-            units.append(tuple(current))
-            current = []
-        current.extend(indices)
-    if current:
-        units.append(tuple(current))
-    return units
-
-
 class DistributedBackend:
     """Run ``backend`` data-parallel over the processes of an accelerate launch.
 
     Parameters
     ----------
     backend
-        Any :class:`~flasheval.engine.base.Backend`; with ``plan_batches`` its batches are the units.
+        Any :class:`~flasheval.engine.base.Backend`; its planned batches are the units of log-likelihood work,
+        chunks of :attr:`~flasheval.engine.base.BackendInfo.batch_size` whole examples those of the rest.
     state
         An ``accelerate.PartialState``; created on first use when omitted (one process without a launcher).
     progress
@@ -235,6 +226,19 @@ class DistributedBackend:
         """The wrapped backend's fingerprint."""
         return self._backend.fingerprint
 
+    @property
+    def info(self) -> BackendInfo:
+        """The wrapped backend's :class:`~flasheval.engine.base.BackendInfo`."""
+        return self._backend.info
+
+    def plan_batches(self, requests: Sequence[LoglikelihoodRequest]) -> list[tuple[int, ...]]:
+        """The wrapped backend's planned batches."""
+        return self._backend.plan_batches(requests)
+
+    def release(self) -> None:
+        """Free the wrapped backend's weights."""
+        self._backend.release()
+
     def from_main(self, value: T) -> T:
         """The main process's ``value`` on every process: a caching wrapper plans from the main
         process's store through this, so every process deals out the same units."""
@@ -244,22 +248,21 @@ class DistributedBackend:
         self, requests: Sequence[LoglikelihoodRequest], *, on_results: OnResults | None = None
     ) -> list[LoglikelihoodResult]:
         """See :meth:`flasheval.engine.base.Backend.loglikelihood`."""
-        plan = getattr(self._backend, "plan_batches", None)
-        units = plan(requests) if plan is not None else _example_units(requests, 32)
+        units = self._backend.plan_batches(requests)
         return self._run(requests, units, self._backend.loglikelihood, on_results, "log-likelihood")
 
     def generate(
         self, requests: Sequence[GenerationRequest], *, on_results: OnResults | None = None
     ) -> list[GenerationResult]:
         """See :meth:`flasheval.engine.base.Backend.generate`."""
-        units = _example_units(requests, getattr(self._backend, "batch_size", 8))
+        units = example_units(requests, self._backend.info.batch_size)
         return self._run(requests, units, self._backend.generate, on_results, "generation")
 
     def loglikelihood_rolling(
         self, requests: Sequence[RollingLoglikelihoodRequest], *, on_results: OnResults | None = None
     ) -> list[RollingLoglikelihoodResult]:
         """See :meth:`flasheval.engine.base.Backend.loglikelihood_rolling`."""
-        units = _example_units(requests, getattr(self._backend, "batch_size", 8))
+        units = example_units(requests, self._backend.info.batch_size)
         return self._run(requests, units, self._backend.loglikelihood_rolling, on_results, "rolling log-likelihood")
 
     def _run(

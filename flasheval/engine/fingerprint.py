@@ -2,8 +2,13 @@
 
 Results are stored under ``(model fingerprint, request key)``, so the fingerprint must change
 whenever the numbers could: weights, config, tokenizer files, hub revision, dtype, the maximum
-sequence length (it decides truncation) and flasheval's scoring conventions
-(:data:`~flasheval.engine.base.SCORING_VERSION`). Pure Python (hashlib); no torch.
+sequence length (it decides truncation), flasheval's scoring conventions
+(:data:`~flasheval.engine.base.SCORING_VERSION`) and the run settings (:class:`RunSettings`: the
+device type, the attention implementation, the torch and transformers versions and the padding
+multiple; kernels differ by up to 0.7 nats on long prompts, see ``docs/engine.md``). A result
+computed under other settings is therefore never served: it is computed again. Results stored before
+the settings were part of the fingerprint are adopted once (:mod:`flasheval.engine.store_adoption`).
+Pure Python (hashlib); no torch.
 
 Content policy: files up to :data:`FULL_HASH_LIMIT` bytes are hashed in full. Larger files
 (multi-GiB weight shards) are hashed by size plus the first and last MiB plus 16 evenly
@@ -23,11 +28,13 @@ import fnmatch
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from flasheval.hashing import stable_hash
 
-__all__ = ["FULL_HASH_LIMIT", "MODEL_FILE_PATTERNS", "file_digest", "path_digest", "hub_commit", "model_fingerprint"]
+__all__ = ["FULL_HASH_LIMIT", "MODEL_FILE_PATTERNS", "RunSettings", "file_digest", "path_digest", "hub_commit",
+           "model_fingerprint"]
 
 FULL_HASH_LIMIT = 64 * 2**20
 _EDGE = 2**20
@@ -42,6 +49,34 @@ MODEL_FILE_PATTERNS = (
 )
 """Top-level file names (``fnmatch`` patterns) that make up a Hugging Face model folder: config,
 tokenizer and weights. Nothing else in the folder is part of the fingerprint."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSettings:
+    """How a model runs, beyond its files and dtype: what else changes its numbers.
+
+    Examples
+    --------
+    >>> RunSettings(device_type="cpu", attn_implementation="sdpa", torch_version="2.13.0",
+    ...             transformers_version="5.24.0", pad_multiple=16).device_type
+    'cpu'
+    """
+
+    device_type: str
+    """``cpu``, ``cuda`` (ROCm too), ``mps``: each runs its own kernels."""
+    attn_implementation: str
+    """The attention kernels (``sdpa``, ``eager``, ``flash_attention_2``, ...), as transformers resolved them."""
+    torch_version: str
+    transformers_version: str
+    pad_multiple: int
+    """Padded widths are rounded up to a multiple of this (:func:`~flasheval.engine.hf_forward.padded_width`)."""
+
+    def __post_init__(self) -> None:
+        for name in ("device_type", "attn_implementation", "torch_version", "transformers_version"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        if self.pad_multiple < 1:
+            raise ValueError(f"pad_multiple must be >= 1, got {self.pad_multiple}")
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
@@ -107,7 +142,8 @@ def hub_commit(repo_id: str, revision: str | None = None, *, cache_dir: str | os
 
 
 def model_fingerprint(
-    *, source: str, content_digest: str | None, revision: str | None, dtype: str, max_length: int, scoring_version: str
+    *, source: str, content_digest: str | None, revision: str | None, dtype: str, max_length: int, scoring_version: str,
+    settings: RunSettings | None = None,
 ) -> str:
     """The model fingerprint (32 hex characters).
 
@@ -122,6 +158,9 @@ def model_fingerprint(
         Hub commit hash (``None`` for local files).
     dtype, max_length, scoring_version
         Settings that change the numbers.
+    settings
+        The run settings (:class:`RunSettings`). ``None`` gives the key of earlier releases, which left them
+        out: the one their stores hold, adopted once (:mod:`flasheval.engine.store_adoption`).
 
     Examples
     --------
@@ -130,14 +169,29 @@ def model_fingerprint(
     >>> a == model_fingerprint(source="hf", content_digest="x", revision=None, dtype="bfloat16",
     ...                        max_length=2048, scoring_version="1")
     False
+    >>> cpu = RunSettings(device_type="cpu", attn_implementation="sdpa", torch_version="2.13.0",
+    ...                   transformers_version="5.24.0", pad_multiple=16)
+    >>> b = model_fingerprint(source="hf", content_digest="x", revision=None, dtype="float32",
+    ...                       max_length=2048, scoring_version="1", settings=cpu)
+    >>> from dataclasses import replace
+    >>> b != a, b == model_fingerprint(source="hf", content_digest="x", revision=None, dtype="float32",
+    ...                                max_length=2048, scoring_version="1", settings=replace(cpu, device_type="cuda"))
+    (True, False)
     """
-    return stable_hash(
-        {
-            "source": source,
-            "content": content_digest,
-            "revision": revision,
-            "dtype": dtype,
-            "max_length": max_length,
-            "scoring_version": scoring_version,
+    identity = {
+        "source": source,
+        "content": content_digest,
+        "revision": revision,
+        "dtype": dtype,
+        "max_length": max_length,
+        "scoring_version": scoring_version,
+    }
+    if settings is not None:
+        identity["settings"] = {
+            "device_type": settings.device_type,
+            "attn_implementation": settings.attn_implementation,
+            "torch_version": settings.torch_version,
+            "transformers_version": settings.transformers_version,
+            "pad_multiple": settings.pad_multiple,
         }
-    )
+    return stable_hash(identity)

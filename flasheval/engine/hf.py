@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flasheval.engine.backoff import Limits, run_with_backoff
-from flasheval.engine.base import OnResults
+from flasheval.engine.base import BackendInfo, OnResults
 from flasheval.engine.batching import default_token_budget
 from flasheval.engine.hf_forward import Scored, forward_shared, forward_unpadded, pass_settings
 from flasheval.engine.hf_generation import generate_batch, generation_batches
@@ -121,6 +121,7 @@ class HFBackend:
         share_context: bool = True,
         max_batch_tokens: int | None = None,
         pad_multiple: int = 16,
+        previous_fingerprint: str | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -131,6 +132,11 @@ class HFBackend:
         self._model = model
         self._tokenizer = tokenizer
         self._fingerprint = fingerprint
+        self._previous_fingerprint = previous_fingerprint
+        self._prefix_space: bool | None = None  # asked of the tokenizer on first use
+        first = next(iter(model.parameters()), None)
+        self._dtype = None if first is None else str(first.dtype).removeprefix("torch.")
+        self._n_parameters = int(sum(p.numel() for p in model.parameters()))  # tied weights once
         family = getattr(model.config, "model_type", None)
         # Padding, position ids and the key/value cache are tested exact only for these families.
         self._unpadded = family not in SHARED_CONTEXT_FAMILIES
@@ -156,14 +162,23 @@ class HFBackend:
         return self._fingerprint
 
     @property
-    def prefix_space(self) -> bool:
-        """Whether continuations should carry a leading space (:func:`~flasheval.engine.planning.prefix_space`)."""
-        return prefix_space(self._tokenizer)
+    def info(self) -> BackendInfo:
+        """What the backend reports about itself (:class:`~flasheval.engine.base.BackendInfo`): the weights
+        were handed to it loaded, so ``is_loaded`` is true and ``load_seconds`` 0.0."""
+        if self._prefix_space is None:
+            self._prefix_space = prefix_space(self._tokenizer)
+        return BackendInfo(prefix_space=self._prefix_space, batch_size=self._limits.max_rows, is_loaded=True,
+                           load_seconds=0.0, n_parameters=self._n_parameters, dtype=self._dtype,
+                           device=str(self._pass.device), forward_seconds=self.forward_seconds,
+                           forward_tokens=self.forward_tokens, previous_fingerprint=self._previous_fingerprint)
 
     @property
-    def batch_size(self) -> int:
-        """Current maximum rows per forward pass (smaller after an out-of-memory back-off)."""
-        return self._limits.max_rows
+    def model(self) -> Any:
+        """The ``transformers`` model scored (for callers that run it by other rules: lm-eval's ``HFLM``, checks)."""
+        return self._model
+
+    def release(self) -> None:
+        """Nothing to free: the model was handed over loaded and belongs to whoever loaded it."""
 
     @property
     def max_batch_tokens(self) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 from flasheval.engine.planning import Group, Item
 from flasheval.errors import BackendError
 
-__all__ = ["Scored", "PassSettings", "padded_width", "pass_settings", "score_logits", "forward_shared",
+__all__ = ["Scored", "PassSettings", "PAD_MULTIPLE", "padded_width", "pass_settings", "score_logits", "forward_shared",
            "forward_unpadded"]
 
 Scored = tuple[Item, float, bool]
@@ -38,6 +38,10 @@ class PassSettings:
     pad_multiple: int = 16
     """Padded widths (the context prefixes', the continuations') are rounded up to a multiple of this
     (:func:`padded_width`), so a row's real tokens sit at the same offsets modulo it whatever its companions."""
+
+
+PAD_MULTIPLE = 16
+"""The padded-width multiple models are loaded with (:func:`padded_width`); part of their fingerprint."""
 
 
 def padded_width(n_tokens: int, multiple: int) -> int:

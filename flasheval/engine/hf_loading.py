@@ -2,10 +2,13 @@
 
 Resolves the device and dtype, reads the config and computes the fingerprint the results store
 keys on (:func:`plan_hf_load`: no weights read), then loads the model and tokenizer
-(:func:`load_planned`); :func:`load_hf_backend` does both. With a device map
-(:mod:`~flasheval.engine.device_map`) the model is spread over this replica's GPUs, CPU memory and
-disk by ``from_pretrained`` instead of moved to one device; the fingerprint is the same either way.
-torch, transformers and accelerate are imported inside the functions only.
+(:func:`load_planned`); :func:`load_hf_backend` does both. The fingerprint covers the run settings
+(:class:`~flasheval.engine.fingerprint.RunSettings`): the attention implementation is resolved on an
+empty (meta-device) copy of the model when the plan is made, and the weights load with exactly that
+one. With a device map (:mod:`~flasheval.engine.device_map`) the model is spread over this replica's
+GPUs, CPU memory and disk by ``from_pretrained`` instead of moved to one device; the fingerprint is
+that of a load on the map's main device type. torch, transformers and accelerate are imported inside
+the functions only.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine.device_map import DeviceMap
+from flasheval.engine.fingerprint import RunSettings
 from flasheval.engine.hf import HFBackend
+from flasheval.engine.hf_forward import PAD_MULTIPLE
 from flasheval.errors import BackendError
 
-__all__ = ["DTYPES", "HFLoadPlan", "plan_hf_load", "load_tokenizer", "count_parameters", "load_planned",
+__all__ = ["DTYPES", "HFLoadPlan", "plan_hf_load", "run_settings", "model_settings", "load_tokenizer", "load_planned",
            "load_hf_backend"]
 
 logger = logging.getLogger(__name__)
@@ -76,6 +81,13 @@ class HFLoadPlan:
     """The resolved dtype (``auto`` made concrete)."""
     max_length: int
     fingerprint: str
+    """What keys the model's results: its files, dtype, maximum length, scoring version and :attr:`settings`."""
+    previous_fingerprint: str
+    """The key of earlier releases (the same without :attr:`settings`): their stored results are adopted once."""
+    settings: RunSettings
+    """Device type, attention implementation, library versions and padding multiple the model runs with."""
+    n_parameters: int
+    """Parameters of the model (tied weights once), counted on an empty copy: no weights are read."""
     config: Any
     """The model's ``transformers`` config (read from ``config.json`` or the GGUF's metadata)."""
     placement: Any = None
@@ -92,10 +104,12 @@ def plan_hf_load(
     device: str = "auto",
     max_length: int | None = None,
     device_map: DeviceMap | None = None,
+    pad_multiple: int = PAD_MULTIPLE,
 ) -> HFLoadPlan:
     """Resolve device and dtype, read the config and compute the fingerprint, without loading any weights.
 
-    Arguments as for :func:`load_hf_backend`; raises the same one-line :class:`BackendError` s for a
+    Arguments as for :func:`load_hf_backend` (``pad_multiple``: see :class:`~flasheval.engine.hf.HFBackend`);
+    raises the same one-line :class:`BackendError` s for a
     missing path, an unreadable config or an unpinned hub model (and an ``InputError`` for a device map
     naming a GPU this replica does not have).
     """
@@ -131,17 +145,36 @@ def plan_hf_load(
         if commit is None:
             raise BackendError(f"cannot tell which commit of hub model {target!r} was loaded (no refs/"
                                f"{revision or 'main'} in the hub cache); name one: hf:{target}@<commit>")
-    fingerprint = model_fingerprint(
-        source="local" if is_local else f"hub:{target}",
-        content_digest=path_digest(path / gguf_file if gguf_file else path) if is_local else None,
-        revision=commit,
-        dtype=dtype_name,
-        max_length=resolved_max,
-        scoring_version=SCORING_VERSION,
-    )
+    identity = dict(source="local" if is_local else f"hub:{target}",
+                    content_digest=path_digest(path / gguf_file if gguf_file else path) if is_local else None,
+                    revision=commit, dtype=dtype_name, max_length=resolved_max, scoring_version=SCORING_VERSION)
+    n_parameters, attention = _empty_copy(config, source)
+    settings = run_settings(device=torch_device, attn_implementation=attention, pad_multiple=pad_multiple)
     return HFLoadPlan(source=source, gguf_file=gguf_file, revision=revision, device=torch_device,
                       torch_dtype=torch_dtype, dtype_name=dtype_name, max_length=resolved_max,
-                      fingerprint=fingerprint, config=config, placement=placement)
+                      fingerprint=model_fingerprint(**identity, settings=settings),
+                      previous_fingerprint=model_fingerprint(**identity), settings=settings,
+                      n_parameters=n_parameters, config=config, placement=placement)
+
+
+def run_settings(*, device: Any, attn_implementation: str, pad_multiple: int) -> RunSettings:
+    """The :class:`~flasheval.engine.fingerprint.RunSettings` of a model run on ``device`` (a ``torch.device``)
+    with ``attn_implementation`` by this process's torch and transformers."""
+    import torch
+    import transformers
+
+    return RunSettings(device_type=device.type, attn_implementation=str(attn_implementation),
+                       torch_version=str(torch.__version__), transformers_version=str(transformers.__version__),
+                       pad_multiple=pad_multiple)
+
+
+def model_settings(model: Any, *, pad_multiple: int = PAD_MULTIPLE) -> RunSettings:
+    """The run settings of a model already loaded (one the caller holds): where its inputs go, the attention
+    transformers gave it, this process's libraries."""
+    from flasheval.engine.device_map import input_device
+
+    return run_settings(device=input_device(model), attn_implementation=model.config._attn_implementation,
+                        pad_multiple=pad_multiple)
 
 
 def load_tokenizer(plan: HFLoadPlan) -> Any:
@@ -149,17 +182,23 @@ def load_tokenizer(plan: HFLoadPlan) -> Any:
     return _from_pretrained("AutoTokenizer", plan.source, plan.gguf_file, plan.revision)
 
 
-def count_parameters(plan: HFLoadPlan) -> int:
-    """Parameters of the planned model, counted on an empty (meta-device) copy: no weights are read.
+def _empty_copy(config: Any, source: str) -> tuple[int, str]:
+    """Parameters and attention implementation of the model ``config`` describes, from an empty (meta-device)
+    copy: no weights are read. The parameters equal the loaded model's ``parameters()`` (tied weights once);
+    the attention implementation is the one transformers resolves for this config here (the weights then load
+    with it). The config itself is left as it was."""
+    import copy
 
-    Equal to counting the loaded model's ``parameters()`` (tied weights once).
-    """
     import torch
     from transformers import AutoModelForCausalLM
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(plan.config)
-    return int(sum(p.numel() for p in model.parameters()))
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(copy.deepcopy(config))
+    except Exception as exc:  # noqa: BLE001 - an architecture transformers cannot build is a user error here
+        raise BackendError(f"cannot build model {source!r} from its config: {type(exc).__name__}: "
+                           f"{str(exc).strip()[:300]}") from exc
+    return int(sum(p.numel() for p in model.parameters())), str(model.config._attn_implementation)
 
 
 def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int = 32,
@@ -173,14 +212,19 @@ def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int = 3
 
         placed = load_kwargs(plan.placement)
     model = _from_pretrained("AutoModelForCausalLM", plan.source, plan.gguf_file, plan.revision,
-                             config=plan.config, dtype=plan.torch_dtype, **placed)
+                             config=plan.config, dtype=plan.torch_dtype,
+                             attn_implementation=plan.settings.attn_implementation, **placed)
     if plan.placement is None:
         model.to(plan.device)
     model.eval()
+    if model.config._attn_implementation != plan.settings.attn_implementation:  # a guard: loaded with the plan's
+        raise BackendError(f"model {plan.source!r} loaded with attention {model.config._attn_implementation!r}, "
+                           f"not the planned {plan.settings.attn_implementation!r}")
     where = plan.device if plan.placement is None else _describe_map(getattr(model, "hf_device_map", None), plan)
     logger.info("loaded %s on %s in %s (fingerprint %s)", plan.source, where, plan.dtype_name, plan.fingerprint)
     return HFBackend(model, tokenizer, fingerprint=plan.fingerprint, batch_size=batch_size, max_length=plan.max_length,
-                     share_context=share_context)
+                     share_context=share_context, pad_multiple=plan.settings.pad_multiple,
+                     previous_fingerprint=plan.previous_fingerprint)
 
 
 def load_hf_backend(

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from flasheval.engine.fingerprint import RunSettings
 from flasheval.errors import InputError
 
 __all__ = ["LoadedModel", "is_transformers_model", "scoring_mode", "in_memory_fingerprint"]
@@ -73,16 +74,19 @@ class LoadedModel:
         return f"memory:{self.identity}" if self.identity else "memory:(this call only)"
 
 
-def in_memory_fingerprint(loaded: LoadedModel, *, max_length: int, scoring_version: str) -> str:
+def in_memory_fingerprint(loaded: LoadedModel, *, max_length: int, scoring_version: str,
+                          settings: RunSettings | None) -> str:
     """The fingerprint its results are stored under: its identity and the settings that change numbers.
 
-    Without an identity, a random one: the results serve this call and no other.
+    Without an identity, a random one: the results serve this call and no other. ``settings``: the run
+    settings (device type, attention, library versions, padding); ``None`` gives the key of earlier
+    releases, which left them out (their stores are adopted once, :mod:`flasheval.engine.store_adoption`).
     """
     from flasheval.engine.fingerprint import model_fingerprint
 
     identity = loaded.identity or f"one-call-{uuid.uuid4().hex}"
     return model_fingerprint(source=f"memory:{identity}", content_digest=None, revision=None, dtype=loaded.dtype,
-                             max_length=max_length, scoring_version=scoring_version)
+                             max_length=max_length, scoring_version=scoring_version, settings=settings)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from typing import Any
 
 from flasheval.engine.base import Backend
 from flasheval.engine.device_map import DeviceMap
-from flasheval.engine.distributed import cached_runner, launch_state
+from flasheval.engine.distributed import cached_runner, launch_state, open_shared_store
 from flasheval.engine.in_memory import LoadedModel, in_memory_fingerprint
 from flasheval.engine.specs import ModelSpec, NamedModel
 from flasheval.engine.store import CachedBackend, ResultStore
@@ -58,10 +58,16 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
                          field="--dtype")
     from flasheval.engine.base import SCORING_VERSION
     from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf_forward import PAD_MULTIPLE
+    from flasheval.engine.hf_loading import model_settings
 
     length = int(max_length or getattr(model.model.config, "max_position_embeddings", None) or 2048)
+    settings = model_settings(model.model, pad_multiple=PAD_MULTIPLE)
+    key = {"max_length": length, "scoring_version": SCORING_VERSION}
+    previous = None if model.identity is None else in_memory_fingerprint(model, **key, settings=None)
     return HFBackend(model.model, model.tokenizer, batch_size=batch_size, max_length=length,
-                     fingerprint=in_memory_fingerprint(model, max_length=length, scoring_version=SCORING_VERSION))
+                     pad_multiple=settings.pad_multiple, previous_fingerprint=previous,
+                     fingerprint=in_memory_fingerprint(model, **key, settings=settings))
 
 
 def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int, max_length: int | None,
@@ -87,10 +93,11 @@ def behind_store(backend: Backend, store_dir: Path, state: Any = None, *,
     """``backend`` behind the results store of ``store_dir``; data-parallel when ``state`` is a launch's.
 
     ``progress``: the data-parallel runner's per-batch bar (off by default: the callers report
-    their own steps). Close the returned store when done.
+    their own steps). Results an earlier release stored under the model's previous key are adopted
+    once (:mod:`flasheval.engine.store_adoption`). Close the returned store when done.
     """
     if state is None:
-        store = ResultStore(store_dir, fingerprint=backend.fingerprint)
+        store = open_shared_store(store_dir, backend.fingerprint, None, previous=backend.info.previous_fingerprint)
         return CachedBackend(backend, store), store
     return cached_runner(backend, store_dir, state, progress=progress)
 
@@ -111,12 +118,7 @@ def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dty
     return cached, store, backend
 
 
-def n_parameters(backend: Any) -> int | None:
-    """Parameters of a Hugging Face backend's model (``None`` when unknown); a deferred backend counts
-    them without loading its weights."""
-    from flasheval.engine.deferred import DeferredBackend
-
-    if isinstance(backend, DeferredBackend):
-        return backend.n_parameters
-    model = getattr(backend, "_model", None)
-    return None if model is None else int(sum(p.numel() for p in model.parameters()))
+def n_parameters(backend: Backend) -> int | None:
+    """Parameters of a backend's model (``None`` when it cannot tell): its :class:`~flasheval.engine.base.BackendInfo`'s
+    (a deferred backend counted them on an empty copy, without loading its weights)."""
+    return backend.info.n_parameters

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from flasheval.engine.base import Backend, OnResults
+from flasheval.engine.base import Backend, BackendInfo, OnResults
 from flasheval.engine.journal import append_lines, fsync_file, write_lines
 from flasheval.engine.store_shards import (
     encode_record,
@@ -201,11 +201,20 @@ def _restamp(result: Result, request: Request) -> Result:
 class CachedBackend:
     """Serve stored results and send only missing requests to ``backend``.
 
-    Under data parallelism (``backend`` a :class:`~flasheval.engine.distributed.DistributedBackend`)
-    what counts as stored is the main process's store, on every process.
+    Under data parallelism (``backend`` a :class:`~flasheval.engine.distributed.DistributedBackend`,
+    ``share`` its ``from_main``) what counts as stored is the main process's store, on every process.
     Every batch the backend finishes is written to ``store`` before the next one starts,
     so an interrupted run loses at most the batch in flight. Requests with the same key
     (identical content) are computed once.
+
+    Parameters
+    ----------
+    backend, store
+        The backend asked for what ``store`` does not hold (the same fingerprint).
+    share
+        How the process that plans sees the stored answers: the data-parallel runner's
+        :meth:`~flasheval.engine.distributed.DistributedBackend.from_main` (every process plans from the
+        main process's store); ``None``: this process's own store.
 
     Attributes
     ----------
@@ -213,17 +222,32 @@ class CachedBackend:
         Requests sent to the wrapped backend so far (the rest came from the store).
     """
 
-    def __init__(self, backend: Backend, store: ResultStore) -> None:
+    def __init__(self, backend: Backend, store: ResultStore, *,
+                 share: Callable[[dict[str, Result]], dict[str, Result]] | None = None) -> None:
         if store.fingerprint != backend.fingerprint:
             raise ValueError("store and backend fingerprints differ")
         self._backend = backend
         self._store = store
+        self._share = share
         self.n_computed = 0
 
     @property
     def fingerprint(self) -> str:
         """The wrapped backend's fingerprint."""
         return self._backend.fingerprint
+
+    @property
+    def info(self) -> BackendInfo:
+        """The wrapped backend's :class:`~flasheval.engine.base.BackendInfo`."""
+        return self._backend.info
+
+    def plan_batches(self, requests: Sequence[LoglikelihoodRequest]) -> list[tuple[int, ...]]:
+        """The wrapped backend's planned batches (stored requests included)."""
+        return self._backend.plan_batches(requests)
+
+    def release(self) -> None:
+        """Free the wrapped backend's weights."""
+        self._backend.release()
 
     def loglikelihood(
         self, requests: Sequence[LoglikelihoodRequest], *, on_results: OnResults | None = None
@@ -246,13 +270,12 @@ class CachedBackend:
     def _stored(self, requests: Sequence[Request]) -> dict[str, Result]:
         """The stored answers to ``requests``, as the process that plans sees them.
 
-        A data-parallel backend (one with ``from_main``) hands every process the main process's
-        answers, so processes whose own store folders differ (no shared filesystem) still agree
-        on what is left to compute and deal out the same work.
+        Under data parallelism ``share`` hands every process the main process's answers, so processes
+        whose own store folders differ (no shared filesystem) still agree on what is left to compute and
+        deal out the same work.
         """
         found = {r.key: stored for r in requests if (stored := self._store.get(r.key)) is not None}
-        share = getattr(self._backend, "from_main", None)
-        return found if share is None else share(found)
+        return found if self._share is None else self._share(found)
 
     def _serve(self, requests: Sequence[Request], method: Callable[..., list[Any]], on_results: OnResults | None) -> list[Any]:
         results: list[Result | None] = [None] * len(requests)

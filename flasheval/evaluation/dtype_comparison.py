@@ -116,10 +116,8 @@ def score_in_dtype(model: Any, compare_dtype: str, *, selections: Sequence[Any],
                    n_requests_computed=int(counts["n_requests_computed"]),
                    n_requests_from_store=int(counts["n_requests_from_store"]),
                    scoring_seconds=float(counts["scoring_seconds"]),
-                   load_seconds=float(getattr(backend, "load_seconds", 0.0)))
-    release = getattr(backend, "release", None)
-    if release is not None:
-        release()
+                   load_seconds=backend.info.load_seconds)
+    backend.release()
     return run
 
 

@@ -222,12 +222,12 @@ def score_through_store(backend: Backend, requests: Sequence[Request], store_dir
     if on_planned is not None:
         on_planned(n_stored)
     started = time.perf_counter()
-    loaded_before = float(getattr(backend, "load_seconds", 0.0))
+    loaded_before = backend.info.load_seconds
     try:
         results = score_requests(engine, requests)
     finally:
         store.close()
-    load_seconds = float(getattr(backend, "load_seconds", 0.0)) - loaded_before
+    load_seconds = backend.info.load_seconds - loaded_before
     counts = {
         "n_requests_from_store": n_stored,
         "n_requests_computed": engine.n_computed,

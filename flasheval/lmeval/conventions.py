@@ -27,12 +27,13 @@ Importing this module imports neither torch nor lm-eval.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flasheval.engine.base import OnResults
+from flasheval.engine.base import BackendInfo, OnResults
 from flasheval.engine.specs import ModelSpec
 from flasheval.errors import BackendError
 from flasheval.hashing import stable_hash
@@ -148,6 +149,8 @@ class LmEvalConventionBackend:
         self._tokenizer = backend.tokenizer
         self.max_length = max_length
         self._fingerprint = stable_hash((backend.fingerprint, CONVENTION_VERSION, max_length))
+        previous = backend.info.previous_fingerprint  # the key earlier releases stored these results under
+        self._previous = None if previous is None else stable_hash((previous, CONVENTION_VERSION, max_length))
         tok = self._tokenizer
         self.prefix_token_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
         self._prefix_text = tok.decode(self.prefix_token_id)
@@ -163,9 +166,14 @@ class LmEvalConventionBackend:
         return self._tokenizer
 
     @property
-    def batch_size(self) -> int:
-        """The wrapped backend's batch size."""
-        return self._backend.batch_size
+    def info(self) -> BackendInfo:
+        """The wrapped backend's :class:`~flasheval.engine.base.BackendInfo` (the previous key combined as
+        :attr:`fingerprint` is)."""
+        return dataclasses.replace(self._backend.info, previous_fingerprint=self._previous)
+
+    def release(self) -> None:
+        """Free the wrapped backend's weights."""
+        self._backend.release()
 
     def tok_encode(self, text: str, *, add_special_tokens: bool | None = None) -> list[int]:
         """``HFLM.tok_encode`` with ``add_bos_token`` unset."""

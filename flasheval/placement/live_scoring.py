@@ -138,22 +138,22 @@ class OpenedScorer:
     @property
     def load_seconds(self) -> float:
         """Wall seconds opening took, plus the weights' load when they have loaded."""
-        return self._open_seconds + float(getattr(self.backend, "load_seconds", 0.0))
+        return self._open_seconds + self.backend.info.load_seconds
 
     @property
     def is_loaded(self) -> bool:
         """Whether the model's weights are in memory (a model held in memory always is)."""
-        return bool(getattr(self.backend, "is_loaded", True))
+        return self.backend.info.is_loaded
 
     @property
     def forward_seconds(self) -> float:
         """Seconds the model spent in its forward passes since it was opened (0.0 when nothing was computed)."""
-        return float(getattr(self.backend, "forward_seconds", 0.0))
+        return self.backend.info.forward_seconds
 
     @property
     def forward_tokens(self) -> int:
         """Tokens those forward passes ran."""
-        return int(getattr(self.backend, "forward_tokens", 0))
+        return self.backend.info.forward_tokens
 
     @property
     def n_parameters(self) -> int | None:

@@ -44,7 +44,8 @@ def run_job(state, out_dir: str, separate_stores: bool, fail: str) -> int:
 
     backend.loglikelihood = counting
     try:
-        results = CachedBackend(DistributedBackend(backend, state=state), store).loglikelihood(requests_for_test())
+        runner = DistributedBackend(backend, state=state)
+        results = CachedBackend(runner, store, share=runner.from_main).loglikelihood(requests_for_test())
     except FlashevalError as exc:  # as the CLI reports it
         print(f"flasheval: error: {exc}", file=sys.stderr)
         return 1

@@ -70,6 +70,17 @@ def tiny_model_and_tokenizer(seed: int = 0, max_positions: int = 64):
 
 
 @pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory) -> Path:
+    """:func:`tiny_model_and_tokenizer` (seed 0, 64 positions) saved as a Hugging Face folder (read-only: shared)."""
+    pytest.importorskip("accelerate")
+    folder = tmp_path_factory.mktemp("tiny") / "m0"
+    model, tokenizer = tiny_model_and_tokenizer(0, max_positions=64)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def smollm_path() -> Path:
     path = smollm_gguf()
     if path is None:

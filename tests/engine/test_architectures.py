@@ -127,7 +127,7 @@ def test_real_gemma3_long_prompts_equal_unpadded_passes(gemma3_backend, task_dir
     model, tokenizer = gemma3_backend._model, gemma3_backend._tokenizer
     assert model.config.sliding_window == 512 and "full_attention" in model.config.layer_types
     selection = select_examples(["hellaswag"], task_dir, n_examples=12, seed=1234)[0]
-    by_id = task_requests(selection, seed=1234, prefix_space=gemma3_backend.prefix_space)
+    by_id = task_requests(selection, seed=1234, prefix_space=gemma3_backend.info.prefix_space)
     lengths = {i: len(tokenizer(rs[0].context).input_ids) for i, rs in by_id.items()}
     # the 2 shortest above the window (8 unpadded reference passes: a third example added 20 s on one core)
     chosen = sorted((i for i in by_id if lengths[i] > 512), key=lengths.get)[:2]

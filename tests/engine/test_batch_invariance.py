@@ -104,7 +104,7 @@ def test_smollm2_in_bf16_is_batch_invariant_within_a_hundredth_of_a_nat(smollm_p
     requests = [LoglikelihoodRequest(task_name="t", example_id=str(e), choice_index=c, context=context,
                                      continuation=continuation)
                 for e, (context, choices) in enumerate(contexts.items()) for c, continuation in enumerate(choices)]
-    effect = largest_batch_effect(backend._model, backend.tokenizer, requests)
+    effect = largest_batch_effect(backend.model, backend.tokenizer, requests)
     gemm = bf16_row_count_effect()
     if effect > 1e-2 and gemm > 0:
         # Padded widths cannot help where the matrix product itself depends on how many rows it is given.

@@ -180,18 +180,6 @@ def test_inputs_go_where_accelerate_runs_the_embeddings(hf_device_map, module, e
 
 
 # ---------------------------------------------------------------------------------------------- exactness
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory) -> Path:
-    pytest.importorskip("accelerate")
-    from tests.engine.conftest import tiny_model_and_tokenizer
-
-    folder = tmp_path_factory.mktemp("tiny") / "m0"
-    model, tokenizer = tiny_model_and_tokenizer(0, max_positions=64)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def _scores(backend) -> tuple[list[tuple[float, bool]], list[float], list[str]]:
     """Shared-context log-likelihoods (contexts of 1 to 25 tokens, 3 choices each), rolling windows, generations."""
     likelihood = [LoglikelihoodRequest(task_name="t", example_id=str(i), choice_index=c, context="Question:" * i,

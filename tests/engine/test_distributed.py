@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from flasheval.engine.distributed import DistributedBackend, _example_units
+from flasheval.engine.base import example_units
+from flasheval.engine.distributed import DistributedBackend
 from flasheval.engine.store import CachedBackend, ResultStore, iter_store
 from flasheval.types import LoglikelihoodRequest
 from tests.conftest import REPO_ROOT
@@ -168,7 +169,7 @@ def test_processes_with_different_store_folders_plan_from_the_main_process(launc
 
 def test_example_units_never_split_an_example():
     requests = requests_for_test()
-    units = _example_units(requests, per_unit=3)
+    units = example_units(requests, per_unit=3)
     assert sorted(i for unit in units for i in unit) == list(range(len(requests)))
     for unit in units:
         examples = {requests[i].example_id for i in unit}

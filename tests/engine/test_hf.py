@@ -119,7 +119,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_results(tiny):
     backend._model = faulty
     results = backend.loglikelihood(requests)
     assert faulty.raised >= 1
-    assert backend.batch_size <= 5
+    assert backend.info.batch_size <= 5
     assert [r.logprob_sum for r in results] == pytest.approx([r.logprob_sum for r in expected], abs=1e-5)
     backend._model = _OutOfMemoryOnce(tiny[0], limit=0)
     with pytest.raises(BackendError, match="out of memory"):
@@ -226,7 +226,7 @@ def test_generation_batches_respect_the_token_budget_and_back_off_on_oom(tiny):
     backend = _backend(tiny, batch_size=8)
     backend._model = spy = _GenerateSpy(tiny[0], limit=2)
     assert [r.text for r in backend.generate(requests)] == [r.text for r in one_by_one]
-    assert spy.raised >= 1 and backend.batch_size <= 2 and max(rows for rows, _ in spy.calls) <= 2
+    assert spy.raised >= 1 and backend.info.batch_size <= 2 and max(rows for rows, _ in spy.calls) <= 2
     backend._model = _GenerateSpy(tiny[0], limit=0)
     with pytest.raises(BackendError, match="out of memory"):
         backend.generate(requests[:1])

@@ -147,7 +147,7 @@ def _pooled_sweep(tiny_models: dict[str, Path], built: Path, out: Path, max_load
         gc.collect()
         in_memory_at_load.append(sum(ref() is not None for ref in alive))
         opened = setup.open(model, store_dir, options=options)
-        alive.append(weakref.ref(opened.backend._model))
+        alive.append(weakref.ref(opened.backend.backend.model))
         return opened
 
     from flasheval.engine.specs import parse_named_models
