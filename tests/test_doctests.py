@@ -20,6 +20,8 @@ import pytest
 import flasheval
 
 EXAMPLES: dict[str, int] = {
+    "flasheval.api.options": 2,
+    "flasheval.checks": 3,
     "flasheval.data_paths": 1,
     "flasheval.engine.backoff": 1,
     "flasheval.engine.batching": 3,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flasheval.checks import LOAD_DTYPES
 from flasheval.engine.device_map import DeviceMap
 from flasheval.engine.hf import HFBackend
 from flasheval.errors import BackendError
@@ -25,7 +26,7 @@ __all__ = ["DTYPES", "HFLoadPlan", "plan_hf_load", "load_tokenizer", "count_para
 logger = logging.getLogger(__name__)
 
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = LOAD_DTYPES  # the one list (flasheval.checks)
 """Accepted ``dtype`` names; ``auto`` is float32 on CPU and bfloat16 on GPUs that support it."""
 
 
