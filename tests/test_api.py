@@ -210,5 +210,5 @@ def test_import_dior_report_and_check_tasks_from_python(tmp_path, task_dir):
     assert files.kinds == ("dior",) and files.html.is_file() and files.markdown.is_file()
 
     checked = {row.task_name: row for row in flasheval.check_tasks(task_dir, suite="dclm-core")}
-    assert set(checked) == set(flasheval.api.tables.load_suite("dclm-core").task_names)
+    assert set(checked) == set(flasheval.api.tasks.load_suite("dclm-core").task_names)
     assert checked["copa"].status == "ok" and checked["copa"].n_examples == 100

@@ -9,8 +9,12 @@ One job per module:
 * :mod:`~flasheval.api.backtest` — :func:`backtest` placement on a reference by leaving each model out;
 * :mod:`~flasheval.api.build`    — :func:`build_reference` by scoring real models on the same examples;
 * :mod:`~flasheval.api.lm_eval`  — :func:`lm_eval`: lm-eval tasks with flasheval's engine as the model;
-* :mod:`~flasheval.api.tools`    — :func:`import_reference`, :func:`dior`, :func:`render_report`;
-* :mod:`~flasheval.api.tables`   — :func:`aggregate`, :func:`check_tasks`, :func:`fit_scaling`;
+* :mod:`~flasheval.api.importing` — :func:`import_reference` from a long parquet file or lm-eval sample logs;
+* :mod:`~flasheval.api.dior`     — :func:`dior`: how reliable each benchmark design decision is;
+* :mod:`~flasheval.api.report`   — :func:`render_report` of run records (Markdown, HTML, figures);
+* :mod:`~flasheval.api.scaling`  — :func:`fit_scaling`: scaling laws fitted on small runs, large ones predicted;
+* :mod:`~flasheval.api.aggregate` — :func:`aggregate`: suite aggregates from score tables;
+* :mod:`~flasheval.api.tasks`    — :func:`check_tasks`: a folder's task files found, read and counted;
 * :mod:`~flasheval.api.options`  — :class:`EngineOptions`, the device options of every live call;
 * :mod:`~flasheval.api.models`   — the ``model`` argument: spec string, flasheval model object, transformers model;
 * :mod:`~flasheval.api.resolve`  — references, plans and budgets named or given, checked at the entry;
@@ -31,8 +35,12 @@ from flasheval.api.options import EngineOptions
 from flasheval.api.place import LivePlacement, PlaceRun, place
 from flasheval.api.progress import Progress
 from flasheval.api.sweep import SweepRun, sweep
-from flasheval.api.tables import AggregateRun, ScalingFit, TaskFileCheck, aggregate, check_tasks, fit_scaling
-from flasheval.api.tools import DiorRun, dior, import_reference, render_report
+from flasheval.api.aggregate import AggregateRun, aggregate
+from flasheval.api.dior import DiorRun, dior
+from flasheval.api.importing import import_reference
+from flasheval.api.report import render_report
+from flasheval.api.scaling import ScalingFit, fit_scaling
+from flasheval.api.tasks import TaskFileCheck, check_tasks
 
 __all__ = ["place", "PlaceRun", "LivePlacement", "sweep", "SweepRun", "evaluate", "EvaluationRun",
            "EvaluationSummary", "TaskScore", "backtest", "BacktestRun", "build_reference", "BuiltReference",

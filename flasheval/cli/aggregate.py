@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from flasheval.api.tables import aggregate
+from flasheval.api.aggregate import aggregate
 from flasheval.tasks import suite_names
 
 __all__ = ["register", "run"]

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from flasheval.api.tools import dior
+from flasheval.api.dior import dior
 from flasheval.placement.dior import DEFAULT_SIZES, DiorReport
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.dior import DECISIONS

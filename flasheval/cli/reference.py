@@ -14,7 +14,7 @@ from flasheval.cli.lm_eval import add_lm_eval_task_options
 from flasheval.api.build import build_reference
 from flasheval.checks import DTYPES
 from flasheval.reference import IMPORT_FORMATS, MANIFEST_FILE, MISSING_POLICIES, load_reference
-from flasheval.api.tools import import_reference
+from flasheval.api.importing import import_reference
 from flasheval.reference.importing import ImportedReference
 from flasheval.stats.ranking import AGGREGATES
 

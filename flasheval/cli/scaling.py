@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from flasheval.api.tables import fit_scaling
+from flasheval.api.scaling import fit_scaling
 from flasheval.stats.scaling import LOSS_FIT_METHODS
 
 __all__ = ["register", "run", "format_predictions"]

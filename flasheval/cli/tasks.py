@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from flasheval.api.tables import check_tasks
+from flasheval.api.tasks import check_tasks
 from flasheval.tasks import load_suite, suite_names, task_names, task_spec
 
 __all__ = ["register", "run"]

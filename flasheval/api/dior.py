@@ -1,15 +1,13 @@
-"""The API of the commands that place nothing: :func:`dior`, :func:`import_reference`, :func:`render_report`.
+"""``flasheval.dior``: how reliable each benchmark design decision is on a reference (Perlitz et al.'s DIoR).
 
-Each is the one path behind its command (``flasheval dior``, ``flasheval reference import``,
-``flasheval report``): every value is checked here, so the command line and a Python caller refuse
-the same values with the same line.
+The one path behind ``flasheval dior``: every value is checked here (an unknown decision is refused),
+then :func:`flasheval.placement.dior.run_dior` runs the decisions and the record is written.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,13 +17,10 @@ from flasheval.checks import check_seed, name_list
 from flasheval.errors import InputError
 from flasheval.placement.dior import DEFAULT_SIZES, DiorReport, run_dior
 from flasheval.records import write_record
-from flasheval.reference import ImportedReference, ReferenceLeaderboard
-from flasheval.reference.importing import import_reference as import_into_folder
-from flasheval.report import ReportFiles
-from flasheval.report import render_report as render_records
+from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.dior import DECISIONS
 
-__all__ = ["DiorRun", "dior", "import_reference", "render_report", "DIOR_FILE"]
+__all__ = ["DiorRun", "dior", "DIOR_FILE"]
 
 DIOR_FILE = "dior.json"
 
@@ -102,57 +97,3 @@ def dior(
         return DiorRun(report=report)
     path = write_record(Path(output) / DIOR_FILE, kind="dior", payload=report.to_json())
     return DiorRun(report=report, record_path=path)
-
-
-def import_reference(
-    source_path: str | Path,
-    *,
-    format: str,
-    name: str,
-    output_dir: str | Path | None = None,
-    suite: str | None = None,
-    metric: str | None = None,
-    source: str = "",
-    licence: str = "unknown",
-    metric_description: str = "",
-    higher_is_better: bool = True,
-    aggregate: str = "mean",
-    random_baselines: Mapping[str, float] | str | Path | None = None,
-    include_path: str | Path | None = None,
-    notes: str = "",
-    force: bool = False,
-) -> ImportedReference:
-    """Write reference ``name`` from results users have: a long parquet file or lm-eval ``--log_samples`` output.
-
-    Parameters
-    ----------
-    source_path
-        The parquet file (``format="long-parquet"``) or the lm-eval output folder (``"lm-eval-samples"``).
-    random_baselines
-        ``{dataset: chance score}`` for the centered aggregate, or a JSON file holding one.
-    Everything else
-        As :func:`flasheval.reference.importing.import_reference` (the manifest's fields, the metric,
-        ``force`` to overwrite); see ``docs/`` and ``flasheval reference import --help``.
-    """
-    if isinstance(random_baselines, (str, Path)):
-        try:
-            random_baselines = json.loads(Path(random_baselines).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"cannot read random baselines ({exc})", path=random_baselines) from None
-    return import_into_folder(source_path, source_format=format, name=name, output_dir=output_dir, suite=suite,
-                              metric=metric, source=source, licence=licence, metric_description=metric_description,
-                              higher_is_better=higher_is_better, aggregate=aggregate,
-                              random_baselines=random_baselines,
-                              include_path=None if include_path is None else str(include_path), notes=notes,
-                              force=force)
-
-
-def render_report(path: str | Path) -> ReportFiles:
-    """Render the run records at ``path`` (a run folder's ``*.json`` records, or one record file) as
-    ``report.md``, ``figures/`` and one self-contained ``report.html`` beside them.
-
-    Named ``render_report``, not ``report``: ``flasheval.report`` is the report package.
-    """
-    if not isinstance(path, (str, Path)):
-        raise InputError(f"expected a folder or a record file, got {type(path).__name__}", field="RUN_DIR")
-    return render_records(path)
