@@ -8,7 +8,11 @@ One function per job (keyword-only options, one result object each, ``progress=`
 * ``evaluate(model, *, tasks=..., suites=..., task_dir=...) -> EvaluationRun`` — DCLM / Gadre scores;
 * ``backtest(reference, plan) -> BacktestRun`` — leave-one-out reliability of placement on a reference;
 * ``build_reference(models, *, name, ...) -> BuiltReference`` — a live reference from real models;
-* ``load_reference(name_or_folder)``, ``load_plan(name_or_file)``, ``Budget(max_examples=...)``.
+* ``import_reference(source, *, format, name)``, ``dior(reference)``, ``render_report(run_dir)``,
+  ``aggregate(scores, *, suites)``, ``check_tasks(task_dir)``, ``fit_scaling(runs, *, predict)``,
+  ``lm_eval(model, *, tasks)`` — one for every other command (``docs/api.md`` lists which);
+* ``load_reference(name_or_folder)``, ``load_plan(name_or_file)``, ``Budget(max_examples=...)``;
+  ``EngineOptions(dtype=..., device=..., batch_size=...)``, the device options of every live call (``engine=``).
 
 ``model`` is a spec string (``"replay:MODEL_ID"``, ``"[NAME=]hf:PATH_OR_ID"``, ``"[NAME=]gguf:FILE"``), a
 :class:`LoadedModel`, or an already loaded ``transformers`` model with ``tokenizer=`` and ``identity=``
@@ -29,6 +33,22 @@ from flasheval.version import __version__
 
 if TYPE_CHECKING:  # what the lazy attributes below resolve to
     from flasheval.api import (
+        AggregateRun,
+        DiorRun,
+        EngineOptions,
+        EvaluationSummary,
+        LivePlacement,
+        LmEvalRun,
+        ScalingFit,
+        TaskFileCheck,
+        TaskScore,
+        aggregate,
+        check_tasks,
+        dior,
+        fit_scaling,
+        import_reference,
+        lm_eval,
+        render_report,
         BacktestRun,
         BuiltReference,
         EvaluationRun,
@@ -60,6 +80,22 @@ _LAZY: dict[str, tuple[str, str]] = {
     "build_reference": ("flasheval.api", "build_reference"),
     "BuiltReference": ("flasheval.api", "BuiltReference"),
     "Progress": ("flasheval.api", "Progress"),
+    "LivePlacement": ("flasheval.api", "LivePlacement"),
+    "EvaluationSummary": ("flasheval.api", "EvaluationSummary"),
+    "TaskScore": ("flasheval.api", "TaskScore"),
+    "import_reference": ("flasheval.api", "import_reference"),
+    "dior": ("flasheval.api", "dior"),
+    "DiorRun": ("flasheval.api", "DiorRun"),
+    "render_report": ("flasheval.api", "render_report"),
+    "aggregate": ("flasheval.api", "aggregate"),
+    "AggregateRun": ("flasheval.api", "AggregateRun"),
+    "check_tasks": ("flasheval.api", "check_tasks"),
+    "TaskFileCheck": ("flasheval.api", "TaskFileCheck"),
+    "fit_scaling": ("flasheval.api", "fit_scaling"),
+    "ScalingFit": ("flasheval.api", "ScalingFit"),
+    "lm_eval": ("flasheval.api", "lm_eval"),
+    "LmEvalRun": ("flasheval.api", "LmEvalRun"),
+    "EngineOptions": ("flasheval.api", "EngineOptions"),
     "load_reference": ("flasheval.reference", "load_reference"),
     "ReferenceLeaderboard": ("flasheval.reference", "ReferenceLeaderboard"),
     "load_plan": ("flasheval.placement.tiers", "load_tier_plan"),

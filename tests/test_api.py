@@ -45,16 +45,17 @@ def _cases(folder, task_dir):
         (lambda: flasheval.place(replay, "helm_lite", budget=flasheval.Budget(max_flops=math.nan)),
          ["place", "--max-flops", "nan"]),
         (lambda: flasheval.place(replay, "helm_lite", seed=-1), ["place", "--seed", "-1"]),
-        (lambda: flasheval.place(replay, "helm_lite", dtype="float32"), ["place", "--dtype", "float32"]),
+        (lambda: flasheval.place(replay, "helm_lite", engine=flasheval.EngineOptions(dtype="float32")),
+         ["place", "--dtype", "float32"]),
         (lambda: flasheval.place(replay, "no-such-reference"), ["place", "--reference", "no-such-reference"]),
         (lambda: flasheval.place("replay:nobody", "helm_lite"), ["place", "--model", "replay:nobody"]),
         (lambda: flasheval.sweep([f"a=hf:{folder}"], "helm_lite", budget=flasheval.Budget(max_examples=10),
-                                 batch_size=0),
+                                 engine=flasheval.EngineOptions(batch_size=0)),
          ["sweep", "--models", f"a=hf:{folder}", "--budget-examples", "10", "--batch-size", "0"]),
         (lambda: flasheval.sweep([replay], "helm_lite", budget=flasheval.Budget(max_examples=10), max_loaded=2),
          ["sweep", "--models", replay, "--budget-examples", "10", "--max-loaded", "2"]),
         (lambda: flasheval.build_reference([f"a=hf:{folder}", f"b=hf:{folder}"], name="x", suite="dclm-core",
-                                           task_dir=task_dir, batch_size=0),
+                                           task_dir=task_dir, engine=flasheval.EngineOptions(batch_size=0)),
          ["reference", "build", "--models", f"a=hf:{folder}", f"b=hf:{folder}", "--suite", "dclm-core", "--task-dir",
           str(task_dir), "--name", "x", "--batch-size", "0"]),
         (lambda: flasheval.build_reference([f"a=hf:{folder}"], name="x", suite="dclm-core", task_dir=task_dir),
@@ -63,6 +64,21 @@ def _cases(folder, task_dir):
         (lambda: flasheval.evaluate(f"hf:{folder}", tasks="copa", task_dir=task_dir, n_examples=0),
          ["evaluate", "--model", f"hf:{folder}", "--tasks", "copa", "--task-dir", str(task_dir), "--n-examples", "0",
           "--output", str(folder / "out")]),
+        # evaluate: a bogus dtype is an InputError (it was a BackendError), a string of suites is not its letters
+        (lambda: flasheval.evaluate(f"hf:{folder}", tasks="copa", task_dir=task_dir,
+                                    engine=flasheval.EngineOptions(dtype="bogus")),
+         ["evaluate", "--model", f"hf:{folder}", "--tasks", "copa", "--task-dir", str(task_dir), "--dtype", "bogus",
+          "--output", str(folder / "out")]),
+        (lambda: flasheval.evaluate(f"hf:{folder}", suites="no-such-suite", task_dir=task_dir),
+         ["evaluate", "--model", f"hf:{folder}", "--suite", "no-such-suite", "--task-dir", str(task_dir),
+          "--output", str(folder / "out")]),
+        (lambda: flasheval.dior("helm_lite", sizes=[0, 5]), ["dior", "--sizes", "0", "5"]),
+        (lambda: flasheval.dior("helm_lite", n_instantiations=5), ["dior", "--n-instantiations", "5"]),
+        (lambda: flasheval.check_tasks(folder / "nowhere"), ["tasks", "check", str(folder / "nowhere")]),
+        (lambda: flasheval.aggregate(folder / "none.csv", suites="no-such-suite"),
+         ["aggregate", "--suite", "no-such-suite", "--scores", str(folder / "none.csv")]),
+        (lambda: flasheval.lm_eval(f"hf:{folder}", tasks="x", log_samples=True),
+         ["lm-eval", "--model", f"hf:{folder}", "--tasks", "x", "--log_samples"]),
     ]
 
 
@@ -93,3 +109,106 @@ def test_backtest_needs_only_a_reference_and_a_plan():
     run = flasheval.backtest(small, "default")
     assert [s.method for s in run.results[0].summaries] == ["adaptive", "flash_helm", "uniform"]
     assert len(run.results[0].rows["adaptive"]) == 6 and run.record_path is None
+
+
+def _commands(parser) -> set[str]:
+    """Every runnable command of the parser: ``place``, ``reference import``, ``scaling fit``, ..."""
+    import argparse
+
+    found = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                nested = _commands(sub)
+                found |= {f"{name} {n}" for n in nested} if nested else {name}
+    return found
+
+
+def test_every_command_has_a_documented_api_function():
+    from pathlib import Path
+
+    from flasheval.cli import build_parser
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| `") and "`flasheval " in line]
+    documented = {}
+    for row in rows:
+        function = row.split("`")[1].split("(")[0]
+        for command in row.split("|")[3].split("`flasheval ")[1:]:
+            documented[command.split("`")[0]] = function
+    commands = _commands(build_parser())
+    assert len(commands) == 15, commands  # the 12 subcommands, three of them with several actions
+    for command in sorted(commands):
+        if command == "tasks list":  # prints the task registry (flasheval.tasks); nothing to compute
+            continue
+        assert command in documented, f"docs/api.md lists no API function for `flasheval {command}`"
+        function = documented[command]
+        assert function in flasheval.__all__ and callable(getattr(flasheval, function)), (command, function)
+
+
+def test_the_table_commands_from_python_equal_the_commands(tmp_path, capsys):
+    import gzip
+
+    import pandas as pd
+
+    from flasheval.records import read_record
+    from flasheval.tasks import load_suite
+
+    gadre = load_suite("gadre-17")
+    scores = tmp_path / "scores.csv.gz"
+    with gzip.open(scores, "wt") as handle:
+        pd.DataFrame([{"model": "m1", **{t: 0.6 for t in gadre.task_names}},
+                      {"model": "m2", **{t: 0.2 for t in gadre.task_names[1:]}}]).to_csv(handle, index=False)
+    run = flasheval.aggregate(scores, suites="gadre-17", partial=True)  # one suite as a string, not its letters
+    assert run.table.loc["m1", "gadre-17"] == pytest.approx(0.4) and run.n_partial == 1 and run.output is None
+    assert main(["aggregate", "--suite", "gadre-17", "--scores", str(scores), "--partial"]) == 0
+    assert capsys.readouterr().out == run.to_csv()
+
+    runs = tmp_path / "runs.csv"
+    from flasheval.stats.scaling import loss_law
+
+    sizes = [(1.06e7, 20), (7.89e7, 20), (1.54e8, 20), (4.12e8, 20), (1.06e7, 320), (7.89e7, 80), (1.4e9, 640)]
+    rows = [{"model_id": f"r{i}", "params": n, "tokens": n * m, "err_avg17": 0.5,
+             "loss": float(loss_law(6 * n * n * m, m, E=1.8, a=200.0, b=350.0, eta=0.13))}
+            for i, (n, m) in enumerate(sizes)]
+    pd.DataFrame(rows).to_csv(runs, index=False)
+    options = dict(predict="r6", fit_max_compute=2.1e19, error=False, n_resamples=20)
+    fit = flasheval.fit_scaling(runs, **options, output=tmp_path / "fit.json")
+    assert fit.record_path == tmp_path / "fit.json" and fit.plot_path is None
+    assert [p["model_id"] for p in fit.payload["predictions"]] == ["r6"]
+    assert main(["scaling", "fit", "--runs", str(runs), "--predict", "r6", "--fit-max-compute", "2.1e19",
+                 "--no-error", "--n-resamples", "20", "--output", str(tmp_path / "cli.json")]) == 0
+    assert read_record(tmp_path / "cli.json").payload == json_roundtrip(fit.payload)
+
+
+def json_roundtrip(payload):
+    import json
+
+    return json.loads(json.dumps(payload))
+
+
+def test_import_dior_report_and_check_tasks_from_python(tmp_path, task_dir):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame([{"model": f"m{m}", "dataset": d, "example_id": str(e),
+                           "score": float(rng.random() < 0.2 + 0.15 * m)}
+                          for d in ("a", "b") for m in range(5) for e in range(40)])
+    frame.to_parquet(tmp_path / "long.parquet")
+    imported = flasheval.import_reference(tmp_path / "long.parquet", format="long-parquet", name="mine",
+                                          output_dir=tmp_path / "refs", metric_description="per-example 0/1")
+    assert imported.written.n_models == 5
+    reference = flasheval.load_reference(tmp_path / "refs" / "mine")
+    with pytest.raises(flasheval.InputError, match=r"field '--decision': unknown decision 'exmaples'"):
+        flasheval.dior(reference, decisions=["exmaples"])
+    decided = flasheval.dior(reference, decisions="examples", sizes=[10, 5, 10], n_instantiations=20,
+                             output=tmp_path / "run")
+    assert [s.size for s in decided.report.examples] == [5, 10] and not decided.report.datasets
+    assert decided.record_path == tmp_path / "run" / "dior.json"
+    files = flasheval.render_report(tmp_path / "run")
+    assert files.kinds == ("dior",) and files.html.is_file() and files.markdown.is_file()
+
+    checked = {row.task_name: row for row in flasheval.check_tasks(task_dir, suite="dclm-core")}
+    assert set(checked) == set(flasheval.api.tasks.load_suite("dclm-core").task_names)
+    assert checked["copa"].status == "ok" and checked["copa"].n_examples == 100

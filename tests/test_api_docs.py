@@ -36,6 +36,7 @@ def test_api_md_examples_run(tmp_path, monkeypatch, capsys):
         exec(compile(block, "docs/api.md", "exec"), namespace)  # noqa: S102 - the documentation's own code
     printed = capsys.readouterr().out
     assert "field '--max-examples': must be a positive number, got nan" in printed
+    assert "field '--batch-size': must be an integer >= 1, got 0" in printed
     assert not list(tmp_path.iterdir())  # no output= given: nothing was written
 
 
@@ -67,7 +68,7 @@ def test_in_memory_placement_from_a_training_loop_equals_the_cli_on_saved_weight
     assert memory["live"]["spec"] == "memory:demo-run/step-6" and cli["live"]["spec"].startswith("hf:")
     assert len(last.placement.stages) > 1  # several looks, so the comparison covers escalation
     # The two in-memory placements are different weights (training changed them), stored apart.
-    assert placements[3].live["fingerprint"] != last.live["fingerprint"]
+    assert placements[3].live.fingerprint != last.live.fingerprint
 
     # The same weights in memory once more: without an identity nothing is stored (results for this call
     # only), and in another dtype than the reference's the model is refused before anything is scored.
@@ -79,9 +80,9 @@ def test_in_memory_placement_from_a_training_loop_equals_the_cli_on_saved_weight
     plan = tmp_path / "plan.yaml"
     again = flasheval.place(model, reference, tokenizer=tokenizer, plan=plan, output=tmp_path / "no-identity")
     assert model.training  # handed back in train mode
-    assert again.live["examples"] == cli["live"]["examples"] and again.live["spec"] == "memory:(this call only)"
+    assert list(again.live.examples) == cli["live"]["examples"] and again.live.spec == "memory:(this call only)"
     assert sorted(p.name for p in (tmp_path / "no-identity").iterdir()) == ["place.json"]  # no store kept
     with pytest.raises(flasheval.InputError, match="the model is in bfloat16"):
         flasheval.place(model.to(torch.bfloat16), reference, tokenizer=tokenizer, identity="x", plan=plan)
     with pytest.raises(flasheval.InputError, match="field '--device'"):
-        flasheval.place(model, reference, tokenizer=tokenizer, device="cpu", plan=plan)
+        flasheval.place(model, reference, tokenizer=tokenizer, engine=flasheval.EngineOptions(device="cpu"), plan=plan)

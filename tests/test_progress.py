@@ -87,7 +87,7 @@ def world(tmp_path_factory, task_dir):
         mp.setattr(build, "open_cached_backend", lambda *a, **k: opens.append(1) or real_open(*a, **k))
         built = flasheval.build_reference(
             [f"m0=hf:{models['m0']}", f"m1=hf:{models['m1']}"], name="tiny", suite="dclm-core", tasks=TASKS,
-            task_dir=task_dir, n_examples=N_EXAMPLES, seed=7, device="cpu", output_root=root / "refs",
+            task_dir=task_dir, n_examples=N_EXAMPLES, seed=7, engine=flasheval.EngineOptions(device="cpu"), output_root=root / "refs",
             work_dir=root / "work", progress=lambda p: events.append((p, len(opens))))
     assert built.reference is not None
     return {"root": root, "models": models, "ref": root / "refs" / "tiny", "plan": root / "plan.yaml",
@@ -102,7 +102,8 @@ def test_a_build_reports_each_model_before_the_next_one_opens(world):
 
 
 def _place(world, output: Path, **kwargs):
-    return flasheval.place(f"m2=hf:{world['models']['m2']}", world["ref"], plan=world["plan"], device="cpu",
+    return flasheval.place(f"m2=hf:{world['models']['m2']}", world["ref"], plan=world["plan"],
+                           engine=flasheval.EngineOptions(device="cpu"),
                            output=output, **kwargs)
 
 
@@ -120,11 +121,11 @@ def test_each_stage_is_reported_before_the_next_is_scored_and_a_cached_rerun_loa
     stages = [(done, n_calls) for step, done, n_calls in seen if step == "stage"]
     assert stages == [(k, 2 * k) for k in range(1, n_stages + 1)]  # reported before the next stage's scoring
     assert [step for step, _, _ in seen][:2] == ["start", "load"]  # the weights loaded on the first stage
-    assert first.live["model_loaded"] and first.live["requests_computed"] > 0
+    assert first.live.model_loaded and first.live.requests_computed > 0
     # the same placement again: every request is in the output folder's store, so no weights load
     monkeypatch.setattr("flasheval.engine.hf_loading.load_planned", _no_weights)
     again = _place(world, tmp_path / "place")
-    assert again.live["requests_computed"] == 0 and not again.live["model_loaded"]
+    assert again.live.requests_computed == 0 and not again.live.model_loaded
     assert again.placement.stages == first.placement.stages
 
 
@@ -152,17 +153,17 @@ def test_the_place_command_prints_each_stage_while_it_runs(world, tmp_path):
 
 def test_the_evaluate_bar_advances_per_forward_batch_and_can_be_switched_off(world, bars):
     model, batch_size = f"hf:{world['models']['m0']}", 4
-    flasheval.evaluate(model, tasks="copa", task_dir=world["task_dir"], n_examples=10, batch_size=batch_size,
-                       device="cpu", progress_bar=True)
+    flasheval.evaluate(model, tasks="copa", task_dir=world["task_dir"], n_examples=10,
+                       engine=flasheval.EngineOptions(batch_size=batch_size, device="cpu"), progress_bar=True)
     (bar,) = bars
     n_continuations = 2 * 10  # copa: two choices per example
     assert bar.total == n_continuations and bar.disable is False
     assert len(bar.updates) >= math.ceil(n_continuations / batch_size) and sum(bar.updates) == n_continuations
     bars.clear()
-    flasheval.evaluate(model, tasks="copa", task_dir=world["task_dir"], n_examples=10, device="cpu",
+    flasheval.evaluate(model, tasks="copa", task_dir=world["task_dir"], n_examples=10, engine=flasheval.EngineOptions(device="cpu"),
                        progress_bar=False)
     assert bars == []  # the API's off switch: no bar made at all
-    flasheval.evaluate(model, tasks="winograd", task_dir=world["task_dir"], n_examples=2, device="cpu")
+    flasheval.evaluate(model, tasks="winograd", task_dir=world["task_dir"], n_examples=2, engine=flasheval.EngineOptions(device="cpu"))
     assert [b.disable for b in bars] == [None]  # default: tqdm's rule, shown only when stderr is a terminal
 
 
@@ -172,7 +173,8 @@ def test_held_out_text_advances_the_bar_within_one_unit_of_requests(world, bars,
     text = tmp_path / "heldout.jsonl"
     text.write_text("".join(json.dumps({"text": ("abcdefghijklmnopqrstuvwxyz01234" * (i + 1))}) + "\n"
                             for i in range(6)), encoding="utf-8")
-    flasheval.evaluate(f"hf:{world['models']['m0']}", heldout=[text], device="cpu", batch_size=8, max_length=32,
+    flasheval.evaluate(f"hf:{world['models']['m0']}", heldout=[text],
+                       engine=flasheval.EngineOptions(device="cpu", batch_size=8, max_length=32),
                        progress_bar=True)
     (bar,) = bars
     assert bar.total == 6 and sum(bar.updates) == 6

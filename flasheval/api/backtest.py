@@ -21,7 +21,7 @@ from flasheval.errors import InputError
 from flasheval.placement.backtest import (METHODS, BacktestResult, BacktestRow, SeedSummary, held_out_models,
                                           summarize_seeds)
 from flasheval.placement.backtest import backtest as run_backtest
-from flasheval.placement.live_scoring import check_seed
+from flasheval.checks import check_seed
 from flasheval.records import prepare_output, write_record
 
 __all__ = ["BacktestRun", "backtest"]

@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter
-from flasheval.engine.device_map import device_map_from
-from flasheval.engine.devices import check_device
+from flasheval.checks import check_dtype, check_seed
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
 from flasheval.placement.build_setups import LmEvalTaskBuild, TaskFileBuild
 from flasheval.placement.building import BuildSetup, build_models, write_build
-from flasheval.placement.live_scoring import DTYPES, LiveOptions, check_count, check_seed
+from flasheval.placement.live_scoring import LiveOptions
 from flasheval.records import prepare_output
 from flasheval.reference import MANIFEST_FILE, ReferenceLeaderboard, load_reference, references_root
 from flasheval.tasks import load_live_tasks, load_suite
@@ -94,7 +94,7 @@ def build_reference(
     models: Sequence[str | NamedModel],
     *,
     name: str,
-    engine: str = "flasheval",
+    task_engine: str = "flasheval",
     suite: str | None = None,
     tasks: str | Sequence[str] | None = None,
     task_dir: str | Path | None = None,
@@ -104,12 +104,7 @@ def build_reference(
     metric: str | None = None,
     n_examples: int | None = None,
     seed: int = 1234,
-    dtype: str = "float32",
-    device: str | None = None,
-    batch_size: int = 32,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | Path | None = None,
+    engine: EngineOptions | None = None,
     prefix_space: bool = True,
     output_root: str | Path | None = None,
     work_dir: str | Path | None = None,
@@ -125,18 +120,16 @@ def build_reference(
         ``[NAME=]hf:PATH_OR_ID`` / ``[NAME=]gguf:FILE`` specs (or :class:`~flasheval.engine.specs.NamedModel`).
     name
         The reference's name (its folder under ``output_root``).
-    engine
+    task_engine
         ``flasheval``: a DCLM-format ``suite`` (``tasks`` a subset) from ``task_dir``. ``lm-eval``: lm-eval
         task names in ``tasks``, with ``include_path``, ``num_fewshot``, ``fewshot_seed`` and ``metric``.
     n_examples, seed
         Examples per task: the first N of the order seeded by ``seed`` (default: all).
-    dtype
-        Pinned in the reference (placements must use it).
-    device, batch_size
-        How the models run.
-    device_map, max_memory, offload_folder
-        Models larger than one GPU, as for :func:`flasheval.evaluate` (not recorded in the reference: they
-        do not change the scores).
+    engine
+        How the models run (:class:`~flasheval.api.options.EngineOptions`): ``dtype`` (default ``float32``;
+        pinned in the reference, placements must use it; ``auto`` is refused), ``device``, ``batch_size``
+        (default 32), and ``device_map`` / ``max_memory`` / ``offload_folder`` for models larger than one GPU
+        (not recorded in the reference: they do not change the scores).
     prefix_space
         ``flasheval`` engine: prepend a space to continuations (``False`` for SentencePiece-only pools).
     output_root, work_dir, force
@@ -150,15 +143,14 @@ def build_reference(
         scored (step ``model``: models done and in all, its seconds; a model every request of which is in
         the store is never loaded).
     """
-    if engine not in ENGINES:
-        raise InputError(f"unknown engine {engine!r}", field="--engine", allowed=ENGINES)
+    if task_engine not in ENGINES:
+        raise InputError(f"unknown engine {task_engine!r}", field="--engine", allowed=ENGINES)
     if n_examples is not None and (isinstance(n_examples, bool) or not isinstance(n_examples, int) or n_examples < 1):
         raise InputError(f"must be >= 1, got {n_examples}", field="--n-examples")
-    if dtype not in DTYPES:
-        raise InputError(f"unknown dtype {dtype!r} (a reference pins its dtype)", field="--dtype", allowed=DTYPES)
-    check_count(batch_size, field="--batch-size")
-    check_device(device)
-    placement = device_map_from(device_map, max_memory=max_memory, offload_folder=offload_folder, device=device)
+    engine = engine_options(engine)
+    dtype = check_dtype(engine.dtype or "float32", why=" (a reference pins its dtype)")
+    engine.refuse("evaluate and lm_eval only (a reference's models are scored as it records)", "max_length")
+    device, batch_size, placement = engine.device, engine.batch_size or 32, engine.placement
     check_seed(seed)
     if not isinstance(name, str) or not name.strip() or "/" in name:
         raise InputError(f"must be a folder name, got {name!r}", field="--name")
@@ -170,7 +162,7 @@ def build_reference(
     report = Reporter(progress)
     recorded = ("flasheval " + " ".join(shlex.quote(a) for a in argv)) if argv is not None \
         else f"flasheval.build_reference(name={name!r})"
-    if engine == "lm-eval":
+    if task_engine == "lm-eval":
         setup: BuildSetup = _lmeval_setup(named, tasks, include_path=include_path, num_fewshot=num_fewshot,
                                           fewshot_seed=fewshot_seed, metric=metric, n_examples=n_examples, seed=seed,
                                           dtype=dtype, suite=suite, task_dir=task_dir, prefix_space=prefix_space)

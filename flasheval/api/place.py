@@ -18,7 +18,9 @@ from typing import Any
 
 from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.progress import ProgressCallback, Reporter, watch_load
+from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.resolve import (
+    REPLAY,
     check_budget,
     check_n_parameters,
     live_options,
@@ -32,7 +34,8 @@ from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.placement.backtest import full_data_ranks
 from flasheval.placement.controller import place as run_placement
 from flasheval.placement.controller import plan_looks
-from flasheval.placement.live_scoring import check_seed, prepare_scoring
+from flasheval.checks import check_seed
+from flasheval.placement.live_scoring import prepare_scoring
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget, PlacementResult, StageRecord, Timing
 from flasheval.placement.tiers import TierPlan
@@ -41,9 +44,40 @@ from flasheval.records import prepare_output, write_record
 from flasheval.stats.sampling import example_order
 from flasheval.reference import ReferenceLeaderboard
 
-__all__ = ["PlaceRun", "place", "RECORD_FILE"]
+__all__ = ["PlaceRun", "LivePlacement", "place", "RECORD_FILE"]
 
 RECORD_FILE = "place.json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class LivePlacement:
+    """What was run to place a live model (the record's ``live`` entry)."""
+
+    engine: str
+    """``flasheval`` (DCLM-format task files) or ``lm-eval`` (lm-eval tasks), as the reference records."""
+    spec: str
+    """The model as given (``hf:...``, ``gguf:...``, ``memory:IDENTITY``)."""
+    fingerprint: str
+    """What keys the model's stored results."""
+    dtype: str
+    settings: Mapping[str, Any]
+    """The engine's settings (task folder; or lm-eval include path and version)."""
+    load_seconds: float
+    model_loaded: bool
+    """``False`` when the store answered every request (the weights never loaded)."""
+    seconds: float
+    """From opening the model to the last stage."""
+    requests_computed: int
+    asked: tuple[Mapping[str, Any], ...]
+    """Every stage's request: task name and example ids, in order."""
+    examples: tuple[Mapping[str, Any], ...]
+    """Every example scored: task, id, score, tokens (and few-shot ids and prompt where the engine has them)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"engine": self.engine, "spec": self.spec, "fingerprint": self.fingerprint, "dtype": self.dtype,
+                **self.settings, "load_seconds": self.load_seconds, "model_loaded": self.model_loaded,
+                "seconds": self.seconds, "requests_computed": self.requests_computed, "asked": list(self.asked),
+                "examples": list(self.examples)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -54,7 +88,7 @@ class PlaceRun:
     """Rank, interval, tier, every stage and the compute spent (:class:`~flasheval.placement.results.PlacementResult`)."""
     full_data_rank: int | None = None
     """Replayed models only: the rank with every example scored (the answer the placement estimates)."""
-    live: Mapping[str, Any] | None = None
+    live: LivePlacement | None = None
     """Live models only: spec, fingerprint, dtype, engine settings, seconds, requests computed, every
     example asked and scored (the record's ``live`` entry)."""
     timing: Timing | None = None
@@ -64,7 +98,8 @@ class PlaceRun:
     """Where the record was written (``None`` without ``output``)."""
 
     @property
-    def rank(self) -> int:
+    def rank(self) -> int | None:
+        """The rank placed (``None`` only when no stage ran within the budget)."""
         return self.placement.rank
 
     @property
@@ -77,7 +112,7 @@ class PlaceRun:
         if self.full_data_rank is not None:
             payload["full_data_rank"] = self.full_data_rank
         if self.live is not None:
-            payload["live"] = dict(self.live)
+            payload["live"] = self.live.to_json()
         if self.timing is not None:
             payload["timing"] = self.timing.to_json()
         return payload
@@ -112,12 +147,7 @@ def place(
     task_dir: str | Path | None = None,
     include_path: str | Path | None = None,
     num_fewshot: int | None = None,
-    dtype: str | None = None,
-    device: str | None = None,
-    batch_size: int | None = None,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | Path | None = None,
+    engine: EngineOptions | None = None,
     output: str | Path | None = None,
     progress: ProgressCallback | None = None,
 ) -> PlaceRun:
@@ -154,12 +184,12 @@ def place(
     include_path, num_fewshot
         lm-eval references: custom task YAMLs (default: the reference's), and the few-shot count (must be
         the reference's).
-    dtype, device, batch_size
-        Live models: dtype (default and only value accepted: the reference's), device (``auto``; not for
-        in-memory models), continuations per forward pass (default 32).
-    device_map, max_memory, offload_folder
-        Live specs larger than one GPU, as for :func:`flasheval.evaluate` (each replica of a launch on its
-        own slice of the node's GPUs; the fingerprint and the scores do not change).
+    engine
+        Live models: how they run (:class:`~flasheval.api.options.EngineOptions`): ``dtype`` (default and only
+        value accepted: the reference's), ``device`` (``auto``; not for in-memory models), ``batch_size``
+        (default 32), and ``device_map`` / ``max_memory`` / ``offload_folder`` for specs larger than one GPU
+        (each replica of a launch on its own slice of the node's GPUs; the fingerprint and the scores do not
+        change). Refused for replayed models.
     output
         Folder for the results store (``store/``) and the record (``place.json``). ``None``: a temporary
         store for this call and no record. In-memory models without an identity always use a temporary store.
@@ -175,17 +205,16 @@ def place(
     report = Reporter(progress)
     check_n_parameters(n_parameters)
     budget = resolve_budget(budget)
+    engine = engine_options(engine)
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity)
     if isinstance(resolved, ReplayModel):
         refuse_live_options("models only (replay: serves recorded scores)", task_dir=task_dir,
-                            include_path=include_path, num_fewshot=num_fewshot, dtype=dtype, device=device,
-                            batch_size=batch_size, device_map=device_map, max_memory=max_memory,
-                            offload_folder=offload_folder)
+                            include_path=include_path, num_fewshot=num_fewshot)
+        engine.refuse(REPLAY, *engine.given())
         return _place_replay(resolved, reference, plan=plan, budget=budget, seed=seed, aggregate=aggregate,
                              missing=missing, n_parameters=n_parameters, output=output, report=report)
-    options = live_options(seed=seed, dtype=dtype, task_dir=task_dir, include_path=include_path,
-                           num_fewshot=num_fewshot, device=device, batch_size=batch_size, device_map=device_map,
-                           max_memory=max_memory, offload_folder=offload_folder)
+    options = live_options(seed=seed, task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot,
+                           engine=engine)
     options.check_model(resolved)
     plan_ = resolve_plan(plan)
     setup = prepare_scoring(resolve_reference(reference, missing=missing), options)
@@ -215,10 +244,11 @@ def place(
         looks_seconds = time.perf_counter() - looks_start
         result = run_placement(pool, opened.scorer, plan_, model_id=resolved.model_id, seed=setup.seed, budget=budget,
                                aggregate=aggregate, looks=looks, on_stage=_stage_reporter(report))
-        live = {"engine": setup.engine, "spec": resolved.text, "fingerprint": opened.fingerprint, "dtype": setup.dtype,
-                **setup.record_settings(), "load_seconds": opened.load_seconds, "model_loaded": opened.is_loaded,
-                "seconds": time.perf_counter() - start, "requests_computed": opened.requests_computed,
-                "asked": opened.scorer.asked_json(), "examples": opened.scorer.examples_json()}
+        live = LivePlacement(engine=setup.engine, spec=resolved.text, fingerprint=opened.fingerprint, dtype=setup.dtype,
+                             settings=setup.record_settings(), load_seconds=opened.load_seconds,
+                             model_loaded=opened.is_loaded, seconds=time.perf_counter() - start,
+                             requests_computed=opened.requests_computed, asked=tuple(opened.scorer.asked_json()),
+                             examples=tuple(opened.scorer.examples_json()))
         timing = Timing(wall_seconds=time.perf_counter() - wall_start, load_seconds=opened.load_seconds,
                         scoring_seconds=opened.forward_seconds, scored_tokens=opened.forward_tokens,
                         looks_seconds=looks_seconds, full_tokens=result.compute.full_tokens)

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from flasheval.engine.device_map import device_map_from
+from flasheval.api.options import EngineOptions
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import LiveOptions
 from flasheval.placement.looks import first_look
@@ -20,7 +20,7 @@ from flasheval.placement.tiers import TierPlan, load_tier_plan
 from flasheval.reference import ReferenceLeaderboard, load_reference
 
 __all__ = ["resolve_reference", "resolve_plan", "resolve_budget", "check_n_parameters", "live_options",
-           "refuse_live_options", "check_budget"]
+           "refuse_live_options", "check_budget", "REPLAY"]
 
 
 def resolve_reference(reference: Any, *, missing: str = "complete-models") -> ReferenceLeaderboard:
@@ -62,16 +62,20 @@ def check_n_parameters(value: Any) -> None:
 
 
 
-def live_options(*, seed: Any, dtype: Any, task_dir: Any, include_path: Any, num_fewshot: Any, device: Any,
-                 batch_size: Any, device_map: Any = None, max_memory: Any = None,
-                 offload_folder: Any = None) -> LiveOptions:
-    """The options of scoring live models (validated by :class:`~flasheval.placement.live_scoring.LiveOptions`;
-    the device map's by :func:`~flasheval.engine.device_map.device_map_from`)."""
-    placement = device_map_from(device_map, max_memory=max_memory, offload_folder=offload_folder, device=device)
-    return LiveOptions(seed=seed, dtype=dtype, task_dir=None if task_dir is None else str(task_dir),
+def live_options(*, seed: Any, task_dir: Any, include_path: Any, num_fewshot: Any,
+                 engine: EngineOptions) -> LiveOptions:
+    """The options of scoring live models on a reference (validated by
+    :class:`~flasheval.placement.live_scoring.LiveOptions`; the device options by :class:`EngineOptions`)."""
+    engine.refuse("evaluate and lm_eval only (a placement scores what the reference's models were scored on)",
+                  "max_length")
+    return LiveOptions(seed=seed, dtype=engine.dtype, task_dir=None if task_dir is None else str(task_dir),
                        include_path=None if include_path is None else str(Path(include_path).resolve()),
-                       num_fewshot=num_fewshot, device=device, batch_size=32 if batch_size is None else batch_size,
-                       device_map=placement)
+                       num_fewshot=num_fewshot, device=engine.device,
+                       batch_size=32 if engine.batch_size is None else engine.batch_size, device_map=engine.placement)
+
+
+REPLAY = "live models only (replay: serves recorded scores)"
+"""Where the device options apply, as a replayed model's refusal says it."""
 
 
 def refuse_live_options(why: str, **options: Any) -> None:

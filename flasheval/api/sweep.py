@@ -18,23 +18,33 @@ from typing import Any
 
 from flasheval.api.models import ReplayModel, resolve_models
 from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.resolve import check_n_parameters, live_options, refuse_live_options, resolve_plan, resolve_reference
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.engine.store_shards import SHARDS_DIR
 from flasheval.errors import InputError
-from flasheval.placement.live_scoring import LiveOptions, check_count, check_seed, prepare_scoring
+from flasheval.checks import check_count, check_seed
+from flasheval.placement.live_scoring import LiveOptions, prepare_scoring
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget
 from flasheval.placement.sweep import SweepResult, check_sweep_budget
 from flasheval.placement.sweep import sweep as run_sweep
 from flasheval.placement.sweep_models import CheckpointPool
 from flasheval.placement.sweep_folder import RECORD_FILE, STORE_FORMAT, RunFolder, open_run_folder
-from flasheval.placement.sweep_pool import check_token_budget, hold_out, restrict
+from flasheval.placement.sweep_pool import check_token_budget, hold_out, restrict, spread_models
 from flasheval.placement.sweep_record import build_payload, separate_placements, truth_ranks
 from flasheval.records import prepare_output, write_record
 
-__all__ = ["SweepRun", "sweep"]
+__all__ = ["SweepRun", "sweep", "spread_checkpoints"]
+
+
+def spread_checkpoints(reference: Any, n: int, *, datasets: Sequence[str] | None = None,
+                       missing: str = "complete-models") -> tuple[str, ...]:
+    """``sweep --backtest N``: ``replay:`` specs of ``n`` reference models spread evenly over the full-data
+    ranking (on ``datasets`` only, when given), for :func:`sweep` to place held out of the pool."""
+    ref = restrict(resolve_reference(reference, missing=missing), None if datasets is None else list(datasets))
+    return tuple(f"replay:{m}" for m in spread_models(ref, n))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -77,12 +87,7 @@ def sweep(
     task_dir: str | Path | None = None,
     include_path: str | Path | None = None,
     num_fewshot: int | None = None,
-    dtype: str | None = None,
-    device: str | None = None,
-    batch_size: int | None = None,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | Path | None = None,
+    engine: EngineOptions | None = None,
     max_loaded: int | None = None,
     output: str | Path | None = None,
     progress: ProgressCallback | None = None,
@@ -108,8 +113,8 @@ def sweep(
         plan's last tier).
     n_parameters
         Parameters per checkpoint, for FLOPs (needed by a FLOPs budget).
-    task_dir, include_path, num_fewshot, dtype, device, batch_size, device_map, max_memory, offload_folder
-        Live checkpoints, as for :func:`flasheval.place`.
+    task_dir, include_path, num_fewshot, engine
+        Live checkpoints, as for :func:`flasheval.place` (``engine``: :class:`~flasheval.api.options.EngineOptions`).
     max_loaded
         Live: most checkpoints held in memory at once (default 1); the least recently used is unloaded and
         none of its finished examples is ever recomputed.
@@ -119,6 +124,7 @@ def sweep(
     progress
         Called with a :class:`~flasheval.api.progress.Progress` when the sweep starts and after every round.
     """
+    engine = engine_options(engine)
     check_n_parameters(n_parameters)
     check_seed(seed)
     if max_loaded is not None:
@@ -133,16 +139,16 @@ def sweep(
         folder = Path(output) if output is not None else Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-sweep-")))
         if isinstance(resolved[0], ReplayModel):
-            refuse_live_options("specs only", task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot,
-                                dtype=dtype, device=device, batch_size=batch_size, max_loaded=max_loaded,
-                                device_map=device_map, max_memory=max_memory, offload_folder=offload_folder)
+            refuse_live_options("specs only", task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot)
+            engine.refuse("live specs only", "dtype", "device", "batch_size")
+            refuse_live_options("specs only", max_loaded=max_loaded)
+            engine.refuse("live specs only", "max_length", "device_map", "max_memory", "offload_folder")
             run = _replay(resolved, reference, budget=budget, plan=plan_, seed=seed or 0, aggregate=aggregate,
                           missing=missing, datasets=datasets, low_rank=low_rank, n_params=n_params,
                           n_parameters=n_parameters, folder=folder, report=report)
         else:
-            options = live_options(seed=seed, dtype=dtype, task_dir=task_dir, include_path=include_path,
-                                   num_fewshot=num_fewshot, device=device, batch_size=batch_size,
-                                   device_map=device_map, max_memory=max_memory, offload_folder=offload_folder)
+            options = live_options(seed=seed, task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot,
+                                   engine=engine)
             for model in resolved:
                 options.check_model(model)  # type: ignore[arg-type]
             run = _live(resolved, reference, budget=budget, plan=plan_, options=options, aggregate=aggregate,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
 
+from flasheval.api.options import EngineOptions
 from flasheval.api.progress import Progress
 from flasheval.errors import InputError
 from flasheval.placement.results import Budget
 
 __all__ = ["add_live_options", "add_lmeval_live_options", "budget_from", "add_progress_options", "step_printer",
-           "progress_bar_from", "add_device_map_options", "device_map_arguments"]
+           "progress_bar_from", "add_device_map_options", "engine_from"]
 
 
 def add_progress_options(parser: argparse.ArgumentParser) -> None:
@@ -93,9 +93,11 @@ def add_device_map_options(parser: argparse.ArgumentParser) -> None:
                         help="with --device-map: folder for layers that fit neither the GPUs nor CPU memory")
 
 
-def device_map_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """``device_map=``, ``max_memory=``, ``offload_folder=`` of an API call (:func:`add_device_map_options`' options)."""
-    return {"device_map": args.device_map, "max_memory": args.max_memory, "offload_folder": args.offload_folder}
+def engine_from(args: argparse.Namespace) -> EngineOptions:
+    """``engine=`` of an API call: the device options the command has (checked by
+    :class:`~flasheval.api.options.EngineOptions`, as for a Python caller)."""
+    names = ("dtype", "device", "batch_size", "max_length", "device_map", "max_memory", "offload_folder")
+    return EngineOptions(**{name: getattr(args, name) for name in names if hasattr(args, name)})
 
 
 def add_lmeval_live_options(parser: argparse.ArgumentParser) -> None:

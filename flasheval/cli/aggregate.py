@@ -6,9 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from flasheval.errors import InputError
-from flasheval.records import atomic_write_text
-from flasheval.tasks import aggregate_table, load_suite, read_scores, suite_names
+from flasheval.api.aggregate import aggregate
+from flasheval.tasks import suite_names
 
 __all__ = ["register", "run"]
 
@@ -34,27 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compute the requested suites' aggregates and write them as CSV."""
-    import pandas as pd
-
-    suites = [load_suite(name) for name in args.suite]
-    id_column, blocks, sources = "", [], {}
-    for path in args.scores:
-        file_id_column, table = read_scores(path)
-        id_column = id_column or file_id_column
-        for model_id in table.index:
-            if model_id in sources:
-                raise InputError(f"model {model_id!r} also in {sources[model_id]}", path=path, field=file_id_column)
-            sources[model_id] = path
-        parts = [aggregate_table(table, s, path=path, baselines=args.baselines, partial=args.partial) for s in suites]
-        blocks.append(pd.concat(parts, axis=1))
-    out = pd.concat(blocks, axis=0)
-    out.insert(0, "baselines", args.baselines)
-    text = out.reset_index().rename(columns={"index": id_column}).to_csv(index=False, float_format="%.17g")
-    if args.output is None:
-        sys.stdout.write(text)
+    outcome = aggregate(args.scores, suites=args.suite, baselines=args.baselines, partial=args.partial,
+                        output=args.output)
+    if outcome.output is None:
+        sys.stdout.write(outcome.to_csv())
     else:
-        atomic_write_text(args.output, text)
-        n_partial = sum(int((out[f"{s.name}_missing"] != "").sum()) for s in suites)
-        print(f"wrote {len(out)} models x {len(suites)} suites to {args.output}"
-              + (f" ({n_partial} partial aggregates)" if n_partial else ""), file=sys.stderr)
+        print(f"wrote {len(outcome.table)} models x {len(args.suite)} suites to {outcome.output}"
+              + (f" ({outcome.n_partial} partial aggregates)" if outcome.n_partial else ""), file=sys.stderr)
     return 0

@@ -6,9 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from flasheval.errors import InputError
-from flasheval.placement.dior import DEFAULT_SIZES, DiorReport, run_dior
-from flasheval.records import write_record
+from flasheval.api.dior import dior
+from flasheval.placement.dior import DEFAULT_SIZES, DiorReport
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.dior import DECISIONS
 from flasheval.stats.ranking import AGGREGATES
@@ -32,18 +31,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", help="output folder (default: runs/dior-<reference>/)")
     parser.set_defaults(func=run)
-
-
-def _check(args: argparse.Namespace) -> None:
-    if any(s < 1 for s in args.sizes):
-        raise InputError(f"sizes must be >= 1, got {args.sizes}", field="--sizes")
-    if args.dataset_counts and any(k < 1 for k in args.dataset_counts):
-        raise InputError(f"dataset counts must be >= 1, got {args.dataset_counts}", field="--dataset-counts")
-    if args.n_instantiations < 20:
-        raise InputError(f"need at least 20 instantiations for a 95% bound, got {args.n_instantiations}",
-                         field="--n-instantiations")
-    if not 0.5 <= args.confidence_level < 1:
-        raise InputError(f"must be in [0.5, 1), got {args.confidence_level}", field="--confidence-level")
 
 
 def format_report(report: DiorReport) -> str:
@@ -91,14 +78,12 @@ def format_report(report: DiorReport) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    _check(args)
     reference = load_reference(args.reference, missing=args.missing)
-    start = time.perf_counter()
-    report = run_dior(reference, decisions=tuple(args.decision), sizes=tuple(sorted(set(args.sizes))),
-                      dataset_counts=args.dataset_counts, aggregate_kind=args.aggregate,
-                      n_instantiations=args.n_instantiations, confidence_level=args.confidence_level, seed=args.seed)
-    print(format_report(report))
     out = Path(args.output or Path("runs") / f"dior-{reference.name}")
-    path = write_record(out / "dior.json", kind="dior", payload=report.to_json())
-    print(f"  {time.perf_counter() - start:.0f} s; record: {path}")
+    start = time.perf_counter()
+    outcome = dior(reference, decisions=args.decision, sizes=args.sizes, dataset_counts=args.dataset_counts,
+                   aggregate=args.aggregate, n_instantiations=args.n_instantiations,
+                   confidence_level=args.confidence_level, seed=args.seed, output=out)
+    print(format_report(outcome.report))
+    print(f"  {time.perf_counter() - start:.0f} s; record: {outcome.record_path}")
     return 0

@@ -20,7 +20,7 @@ from flasheval.api.evaluate import evaluate
 from flasheval.cli._options import (
     add_device_map_options,
     add_progress_options,
-    device_map_arguments,
+    engine_from,
     progress_bar_from,
     step_printer,
 )
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", required=True, type=Path, metavar="DIR", help="where records and the summary go")
     parser.add_argument("--format", choices=EXAMPLE_FORMATS, default="parquet", help="per-example records format")
     parser.add_argument("--store", type=Path, metavar="DIR", help="results store folder (default OUTPUT/store)")
-    parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
+    parser.add_argument("--dtype", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
     parser.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: auto)")
     add_device_map_options(parser)
     parser.add_argument("--batch-size", type=int, help="continuations per forward pass, halved on OOM (default: 32)")
@@ -67,15 +67,13 @@ def run(args: argparse.Namespace) -> int:
     """Run ``flasheval evaluate``."""
     outcome = evaluate(args.model, tasks=args.tasks, suites=args.suite, task_dir=args.task_dir, heldout=args.heldout,
                        n_examples=args.n_examples, seed=args.seed, baselines=args.baselines, model_id=args.model_id,
-                       output=args.output, format=args.format, store=args.store, dtype=args.dtype,
-                       device=args.device, batch_size=args.batch_size, max_length=args.max_length,
-                       **device_map_arguments(args),
+                       output=args.output, format=args.format, store=args.store, engine=engine_from(args),
                        compare_dtype=args.compare_dtype,
                        progress=step_printer(args, steps=("start", "load")), progress_bar=progress_bar_from(args))
     if outcome.record_path is None:  # the other processes of a launch
         return 0
-    payload = outcome.summary
-    if "reference" in payload:  # replay: recorded scores
+    payload = outcome.summary.to_json()
+    if outcome.summary.replayed:  # recorded scores
         for name, task in payload["tasks"].items():
             print(f"{name:32} n={task['n_examples']:5d}  mean score={task['accuracy']:.4f}")
         print(f"{payload['n_examples']} examples replayed from {payload['reference']}; records: {outcome.examples_path}")

@@ -19,7 +19,7 @@ from flasheval.cli._options import (
     add_lmeval_live_options,
     add_progress_options,
     budget_from,
-    device_map_arguments,
+    engine_from,
     step_printer,
 )
 from flasheval.placement.results import PlacementResult
@@ -84,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output or Path("runs") / f"place-{slug(reference.name)}-{slug(model.model_id)}")
     outcome = place(model, reference, plan=args.tiers, budget=budget, seed=args.seed, aggregate=args.aggregate,
                     missing=args.missing, n_parameters=args.n_parameters, task_dir=args.task_dir,
-                    include_path=args.include_path, num_fewshot=args.num_fewshot, dtype=args.dtype, device=args.device,
-                    batch_size=args.batch_size, **device_map_arguments(args), output=output,
+                    include_path=args.include_path, num_fewshot=args.num_fewshot, engine=engine_from(args), output=output,
                     progress=step_printer(args))
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_placed(outcome)
@@ -106,14 +105,14 @@ def print_placed(outcome: PlaceRun) -> None:
 
 def format_timing(outcome: PlaceRun) -> str:
     """A live placement's time, where it went, and a full run's at the throughput measured (one line)."""
-    live, t = outcome.live or {}, outcome.timing
-    wall = live.get("seconds", 0.0) if t is None else t.wall_seconds
-    if not live.get("model_loaded", True):
+    live, t = outcome.live, outcome.timing
+    wall = (0.0 if live is None else live.seconds) if t is None else t.wall_seconds
+    if live is not None and not live.model_loaded:
         return f"time {wall:.0f} s (model not loaded: every request was in the store)"
-    line = f"time {wall:.0f} s (opening and loading the model {live.get('load_seconds', 0.0):.0f} s"
+    line = f"time {wall:.0f} s (opening and loading the model {0.0 if live is None else live.load_seconds:.0f} s"
     if t is not None:
         line += f", model {t.scoring_seconds:.1f} s, outside the model {t.outside_model_seconds:.1f} s"
-    line += f"; {live.get('requests_computed', 0)} requests computed)"
+    line += f"; {0 if live is None else live.requests_computed} requests computed)"
     if t is None or t.full_wall_seconds is None:
         return line
     return (line + f"; a full run of these datasets ~{t.full_wall_seconds:.0f} s (loading {t.load_seconds:.0f} s + "

@@ -5,19 +5,17 @@ print a ranking."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 from flasheval.cli._built import print_built
-from flasheval.cli._options import add_device_map_options, add_progress_options, device_map_arguments, step_printer
+from flasheval.cli._options import add_device_map_options, add_progress_options, engine_from, step_printer
 from flasheval.cli.lm_eval import add_lm_eval_task_options
 from flasheval.api.build import build_reference
-from flasheval.errors import InputError
-from flasheval.placement.live_scoring import DTYPES
+from flasheval.checks import DTYPES
 from flasheval.reference import IMPORT_FORMATS, MANIFEST_FILE, MISSING_POLICIES, load_reference
-from flasheval.reference.importing import ImportedReference, import_reference
+from flasheval.api.importing import import_reference
+from flasheval.reference.importing import ImportedReference
 from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["register", "run"]
@@ -95,10 +93,10 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
 def _build(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     built = build_reference(
-        args.models, name=args.name, engine=args.engine, suite=args.suite, tasks=args.tasks, task_dir=args.task_dir,
+        args.models, name=args.name, task_engine=args.engine, suite=args.suite, tasks=args.tasks, task_dir=args.task_dir,
         include_path=args.include_path, num_fewshot=args.num_fewshot, fewshot_seed=args.fewshot_seed,
-        metric=args.metric, n_examples=args.n_examples, seed=args.seed, dtype=args.dtype, device=args.device,
-        batch_size=args.batch_size, **device_map_arguments(args), prefix_space=not args.no_prefix_space,
+        metric=args.metric, n_examples=args.n_examples, seed=args.seed, engine=engine_from(args),
+        prefix_space=not args.no_prefix_space,
         output_root=args.output_root,
         work_dir=args.work_dir, force=args.force, argv=sys.argv[1:], progress=step_printer(args))
     if built.reference is None:  # the other processes of a launch: the main process wrote and prints
@@ -114,16 +112,10 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    baselines = None
-    if args.random_baselines:
-        try:
-            baselines = json.loads(Path(args.random_baselines).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"cannot read random baselines ({exc})", path=args.random_baselines) from None
     imported = import_reference(
-        args.source_path, source_format=args.format, name=args.name, output_dir=args.output_dir, suite=args.suite,
+        args.source_path, format=args.format, name=args.name, output_dir=args.output_dir, suite=args.suite,
         metric=args.metric, source=args.source, licence=args.licence, metric_description=args.metric_description,
-        higher_is_better=not args.lower_is_better, aggregate=args.aggregate, random_baselines=baselines,
+        higher_is_better=not args.lower_is_better, aggregate=args.aggregate, random_baselines=args.random_baselines or None,
         include_path=args.include_path, notes=args.notes, force=args.force)
     for line in _import_summary(imported, lm_eval=args.format == "lm-eval-samples"):
         print(line)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from flasheval.report import render_report
+from flasheval.api.report import render_report
 
 __all__ = ["register", "run"]
 

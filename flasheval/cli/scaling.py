@@ -9,20 +9,12 @@ interval, prints prediction, interval, actual value and relative prediction erro
 from __future__ import annotations
 
 import argparse
-import logging
-from pathlib import Path
 
-from flasheval.records import write_record
-from flasheval.scaling.fit import ScalingFitOptions, parse_predict_target, scaling_fit_payload
-from flasheval.scaling.runs import read_runs_files
+from flasheval.api.scaling import fit_scaling
 from flasheval.stats.scaling import LOSS_FIT_METHODS
 
 __all__ = ["register", "run", "format_predictions"]
 
-logger = logging.getLogger(__name__)
-
-_DEFAULT_LOSS_COLUMNS = ("loss_c4_val", "loss")
-_DEFAULT_ERROR_COLUMNS = ("err_avg17", "gadre-17", "err_avg46", "gadre-46", "error", "err_avg")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,12 +46,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--plot", nargs="?", const="", metavar="PNG",
                      help="also save the figure (default: beside --output, .png)")
     fit.set_defaults(func=run)
-
-
-def _pick(available: dict, explicit: str | None, defaults: tuple[str, ...]) -> str | None:
-    if explicit is not None:
-        return explicit  # checked by the table, which names the columns it has
-    return next((c for c in defaults if c in available), None)
 
 
 def format_predictions(payload: dict) -> str:
@@ -98,33 +84,16 @@ def _format_fits(payload: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, predict, print, record, optionally plot."""
-    table = read_runs_files(args.runs)
-    loss_column = _pick(table.values, args.loss_column, _DEFAULT_LOSS_COLUMNS)
-    if loss_column is None:
-        table.column(_DEFAULT_LOSS_COLUMNS[0], option="--loss-column")  # raises, listing the columns there are
-    error_columns: tuple[str, ...] = ()
-    if not args.no_error:
-        picked = _pick(table.values, args.error_column, _DEFAULT_ERROR_COLUMNS)
-        error_columns = () if picked is None else tuple(c.strip() for c in picked.split(",") if c.strip())
-        partial = sorted(c for c in table.values if c.endswith("_partial"))
-        if picked is None and partial:
-            logger.warning("no complete error column; partial suite aggregates %s are not fitted unless named "
-                           "with --error-column", ", ".join(partial))
-    options = ScalingFitOptions(
-        loss_column=loss_column, error_columns=error_columns, fit_max_compute=args.fit_max_compute,
+    fit = fit_scaling(
+        args.runs, predict=args.predict, fit_max_compute=args.fit_max_compute,
         error_fit_max_compute=args.error_fit_max_compute, fit_column=args.fit_column,
-        error_fit_column=args.error_fit_column, dataset=args.dataset, method=args.method,
-        n_resamples=args.n_resamples, confidence_level=args.confidence_level, seed=args.seed,
-    )
-    payload = scaling_fit_payload(table, [parse_predict_target(t) for t in args.predict], options)
-    payload["runs_files"] = [str(p) for p in args.runs]
-    print(_format_fits(payload))
-    print(format_predictions(payload))
-    path = write_record(args.output, kind="scaling", payload=payload)
-    print(f"record: {path}")
-    if args.plot is not None:
-        from flasheval.report.scaling_figure import save_scaling_figure  # matplotlib only when asked
-
-        png = Path(args.plot) if args.plot else path.with_suffix(".png")
-        print(f"plot: {save_scaling_figure(payload, png)}")
+        error_fit_column=args.error_fit_column, loss_column=args.loss_column, error_column=args.error_column,
+        error=not args.no_error, dataset=args.dataset, method=args.method, n_resamples=args.n_resamples,
+        confidence_level=args.confidence_level, seed=args.seed, output=args.output,
+        plot=False if args.plot is None else (args.plot or True))
+    print(_format_fits(dict(fit.payload)))
+    print(format_predictions(dict(fit.payload)))
+    print(f"record: {fit.record_path}")
+    if fit.plot_path is not None:
+        print(f"plot: {fit.plot_path}")
     return 0

@@ -19,18 +19,17 @@ import argparse
 import time
 from pathlib import Path
 
-from flasheval.api.sweep import SweepRun, sweep
+from flasheval.api.sweep import SweepRun, spread_checkpoints, sweep
 from flasheval.cli._options import (
     add_live_options,
     add_lmeval_live_options,
     add_progress_options,
     budget_from,
-    device_map_arguments,
+    engine_from,
     step_printer,
 )
 from flasheval.errors import InputError
 from flasheval.placement.sweep import SweepResult
-from flasheval.placement.sweep_pool import restrict, spread_models
 from flasheval.records import slug
 from flasheval.reference import MISSING_POLICIES, ReferenceLeaderboard, load_reference
 from flasheval.stats.ranking import AGGREGATES
@@ -107,15 +106,15 @@ def run(args: argparse.Namespace) -> int:
                          options=("--budget-examples", "--budget-tokens", "--budget-flops"))
     reference = load_reference(args.reference, missing=args.missing)
     if args.backtest is not None:
-        specs = [f"replay:{m}" for m in spread_models(restrict(reference, args.datasets), args.backtest)]
+        specs = list(spread_checkpoints(reference, args.backtest, datasets=args.datasets))
     else:
         specs = list(args.models) if args.models else _read_specs(Path(args.models_from))
     start = time.perf_counter()
     outcome = sweep(specs, reference, budget=budget, plan=args.tiers, seed=args.seed, aggregate=args.aggregate,
                     missing=args.missing, datasets=args.datasets, low_rank=args.low_rank,
                     n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
-                    num_fewshot=args.num_fewshot, dtype=args.dtype, device=args.device, batch_size=args.batch_size,
-                    **device_map_arguments(args), max_loaded=args.max_loaded, output=run_folder(args.output, reference),
+                    num_fewshot=args.num_fewshot, engine=engine_from(args), max_loaded=args.max_loaded,
+                    output=run_folder(args.output, reference),
                     progress=step_printer(args))
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_swept(outcome, start)

@@ -6,8 +6,8 @@ import argparse
 import logging
 from pathlib import Path
 
-from flasheval.errors import FlashevalError, InputError
-from flasheval.tasks import load_suite, load_task_file, resolve_task_file, suite_names, task_names, task_spec
+from flasheval.api.tasks import check_tasks
+from flasheval.tasks import load_suite, suite_names, task_names, task_spec
 
 __all__ = ["register", "run"]
 
@@ -55,32 +55,22 @@ def _list(suite: str | None) -> int:
 
 
 def _check(task_dir: Path, suite: str | None) -> int:
-    if not task_dir.is_dir():
-        raise InputError("not a directory", path=task_dir)
-    counts, missing, errors = 0, [], []
+    rows = check_tasks(task_dir, suite=suite)
     print(f"{'task':34} {'examples':>8} {'categories':>10}  file")
-    for name in _selected(suite):
-        spec = task_spec(name)
-        source = resolve_task_file(spec, task_dir)
-        if source is None:
-            missing.append(name)
-            print(f"{name:34} {'missing':>8} {'':>10}  {spec.dataset_uri}")
-            continue
-        try:
-            examples = load_task_file(spec, source)
-        except FlashevalError as exc:
-            errors.append(str(exc))
-            print(f"{name:34} {'ERROR':>8} {'':>10}  {exc}")
-            continue
-        counts += 1
-        n_categories = len({e.category for e in examples}) if spec.has_categories else 0
-        note = ""
-        if spec.n_examples_expected is not None and len(examples) != spec.n_examples_expected:
-            note = f"  (the known copy has {spec.n_examples_expected})"
-        print(f"{name:34} {len(examples):>8} {n_categories or '':>10}  {source}{note}")
-    print(f"{counts} tasks valid, {len(missing)} missing"
-          + (f" ({', '.join(missing)})" if missing else "") + f", {len(errors)} with errors")
-    return 1 if errors else 0
+    for row in rows:
+        if row.status == "missing":
+            print(f"{row.task_name:34} {'missing':>8} {'':>10}  {row.dataset_uri}")
+        elif row.status == "error":
+            print(f"{row.task_name:34} {'ERROR':>8} {'':>10}  {row.error}")
+        else:
+            note = "" if row.expected is None or row.n_examples == row.expected else \
+                f"  (the known copy has {row.expected})"
+            print(f"{row.task_name:34} {row.n_examples:>8} {row.n_categories or '':>10}  {row.source}{note}")
+    missing = [r.task_name for r in rows if r.status == "missing"]
+    n_errors = sum(r.status == "error" for r in rows)
+    print(f"{sum(r.status == 'ok' for r in rows)} tasks valid, {len(missing)} missing"
+          + (f" ({', '.join(missing)})" if missing else "") + f", {n_errors} with errors")
+    return 1 if n_errors else 0
 
 
 def run(args: argparse.Namespace) -> int:

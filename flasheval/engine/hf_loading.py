@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flasheval.checks import LOAD_DTYPES
 from flasheval.engine.device_map import DeviceMap
 from flasheval.engine.fingerprint import RunSettings
 from flasheval.engine.hf import HFBackend
@@ -30,7 +31,7 @@ __all__ = ["DTYPES", "HFLoadPlan", "plan_hf_load", "run_settings", "model_settin
 logger = logging.getLogger(__name__)
 
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = LOAD_DTYPES  # the one list (flasheval.checks)
 """Accepted ``dtype`` names; ``auto`` is float32 on CPU and bfloat16 on GPUs that support it."""
 
 

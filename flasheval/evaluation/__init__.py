@@ -8,5 +8,6 @@ placement and API layers, which call it):
 * :mod:`~flasheval.evaluation.evaluate`        — task examples -> requests -> backend -> per-example scores;
 * :mod:`~flasheval.evaluation.example_records` — ``evaluate``'s per-example records and their file;
 * :mod:`~flasheval.evaluation.summary`         — ``evaluate``'s per-task, suite, validation and compute summary;
-* :mod:`~flasheval.evaluation.dtype_comparison` — the same examples scored again in another dtype.
+* :mod:`~flasheval.evaluation.dtype_comparison` — the same examples scored again in another dtype;
+* :mod:`~flasheval.evaluation.workflow`        — the ``evaluate`` workflow: store, scoring, records, summary.
 """

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flasheval.checks import DTYPES, check_dtype
 from flasheval.evaluation.example_records import ExampleRecord
 from flasheval.errors import InputError
 
 __all__ = ["COMPARE_DTYPES", "check_compare_dtype", "check_resolved_dtype", "DtypeRun", "score_in_dtype",
            "compare_records", "comparison_block"]
 
-COMPARE_DTYPES = ("float32", "bfloat16", "float16")
+COMPARE_DTYPES = DTYPES  # the one list (flasheval.checks)
 """Dtypes a run can be compared against (``auto`` is not one: the comparison names its numerics)."""
 
 _FIELD = "--compare-dtype"
@@ -61,8 +62,7 @@ def check_compare_dtype(compare_dtype: str | None, *, dtype: str, kind: str, has
     """
     if compare_dtype is None:
         return
-    if compare_dtype not in COMPARE_DTYPES:
-        raise InputError(f"unknown dtype {compare_dtype!r}", field=_FIELD, allowed=COMPARE_DTYPES)
+    check_dtype(compare_dtype, field=_FIELD)
     if kind == "replay":
         raise InputError("replay: models serve recorded scores; there are no weights to load in another dtype",
                          field=_FIELD)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from flasheval.errors import InputError
 from flasheval.hashing import derive_seed
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.dior import DECISIONS, DiorSummary, dior_datasets, dior_examples, kendall_tau_b
@@ -148,7 +149,14 @@ def run_dior(
     confidence_level: float = 0.95,
     seed: int = 0,
 ) -> DiorReport:
-    """Run the DIoR decisions on ``reference`` (see :mod:`flasheval.stats.dior` for each decision)."""
+    """Run the DIoR decisions on ``reference`` (see :mod:`flasheval.stats.dior` for each decision).
+
+    An unknown decision name is refused (:class:`~flasheval.errors.InputError`), never ignored.
+    """
+    decisions = (decisions,) if isinstance(decisions, str) else tuple(decisions)  # one name, not its letters
+    unknown = [d for d in decisions if d not in DECISIONS]
+    if unknown:
+        raise InputError(f"unknown decision {unknown[0]!r}", field="--decision", allowed=DECISIONS)
     kind = aggregate_kind or reference.manifest.aggregate
     options = reference.aggregate_options(kind)
     counts = tuple(dataset_counts or (len(reference.dataset_names),))

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from flasheval.checks import DTYPES, check_count, check_dtype, check_seed
 from flasheval.engine.device_map import DeviceMap, device_map_from
 from flasheval.engine.devices import check_device
 from flasheval.engine.in_memory import LoadedModel
@@ -41,24 +42,9 @@ from flasheval.tasks import LiveTask
 __all__ = ["DTYPES", "LiveOptions", "OpenedScorer", "ModelOpener", "ScoringSetup", "TaskFileScoring", "LmEvalScoring",
            "prepare_scoring", "check_count", "check_seed", "open_task_files", "open_lmeval"]
 
-DTYPES = ("float32", "bfloat16", "float16")
-"""Dtypes a reference can pin (``auto`` would depend on the machine)."""
 
 LiveModel = NamedModel | LoadedModel
 """A model to score now: a spec's weights, or a model the caller holds in memory."""
-
-
-def check_count(value: object, *, field: str = "--batch-size") -> int:
-    """``value`` as a count (an integer >= 1: a batch size, models in memory); refused in one line naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"must be an integer >= 1, got {value!r}", field=field)
-    return value
-
-
-def check_seed(value: object, *, field: str = "--seed") -> None:
-    """Refuse a seed that is not an integer >= 0 (``None`` passes)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise InputError(f"must be an integer >= 0, got {value!r}", field=field)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,8 +72,8 @@ class LiveOptions:
     def __post_init__(self) -> None:
         check_count(self.batch_size, field="--batch-size")
         check_seed(self.seed)
-        if self.dtype is not None and self.dtype not in DTYPES:
-            raise InputError(f"unknown dtype {self.dtype!r}", field="--dtype", allowed=DTYPES)
+        if self.dtype is not None:
+            check_dtype(self.dtype)
         if self.num_fewshot is not None and (not isinstance(self.num_fewshot, int) or self.num_fewshot < 0):
             raise InputError(f"must be an integer >= 0, got {self.num_fewshot!r}", field="--num-fewshot")
         check_device(self.device)

@@ -19,7 +19,7 @@ import numpy as np
 from flasheval.evaluation.example_records import ExampleRecord
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.placement.scorers import ScoredExamples
-from flasheval.reference.leaderboard import ReferenceLeaderboard, load_reference, resolve_reference
+from flasheval.reference.leaderboard import ReferenceLeaderboard, load_reference, reference_folder
 from flasheval.stats.sampling import example_order, nested_prefix
 
 __all__ = ["ReplayScorer", "replay_records"]
@@ -71,7 +71,7 @@ def replay_records(
     parts = reference_and_model.split("/")
     for cut in range(1, len(parts)):
         try:
-            resolve_reference("/".join(parts[:cut]))
+            reference_folder("/".join(parts[:cut]))
         except UnknownNameError:
             continue
         reference, model_id = load_reference("/".join(parts[:cut])), "/".join(parts[cut:])

@@ -31,7 +31,7 @@ from flasheval.reference.leaderboard import (
     load_reference,
     references_root,
     repo_root,
-    resolve_reference,
+    reference_folder,
 )
 from flasheval.reference.manifest import MANIFEST_FILE, ReferenceManifest
 from flasheval.reference.writing import write_reference
@@ -52,6 +52,6 @@ __all__ = [
     "read_long_parquet",
     "references_root",
     "repo_root",
-    "resolve_reference",
+    "reference_folder",
     "write_reference",
 ]

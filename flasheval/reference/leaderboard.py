@@ -48,7 +48,7 @@ __all__ = [
     "MISSING_POLICIES",
     "ReferenceLeaderboard",
     "RankedModel",
-    "resolve_reference",
+    "reference_folder",
     "load_reference",
     "repo_root",
     "references_root",
@@ -204,7 +204,7 @@ def _search_roots() -> list[Path]:
     return roots
 
 
-def resolve_reference(name: str | os.PathLike[str]) -> Path:
+def reference_folder(name: str | os.PathLike[str]) -> Path:
     """Folder of a reference: a path, else ``NAME`` under the first of :func:`_search_roots` that has it
     (``$FLASHEVAL_REFERENCES``, ``./reference_rankings`` for an installed package, the embedded references)."""
     direct = Path(name)
@@ -237,7 +237,7 @@ def _load(name: str | os.PathLike[str], *, missing: str, dtype: type) -> Referen
     """:func:`load_reference` with scores of ``dtype`` (float32: the writer's read-back check, half the memory)."""
     if missing not in MISSING_POLICIES:
         raise UnknownNameError("missing-data policy", missing, MISSING_POLICIES)
-    folder = resolve_reference(name)
+    folder = reference_folder(name)
     manifest = read_manifest(folder / MANIFEST_FILE)
     scores_path = folder / SCORES_FILE
     if SCORES_FILE not in manifest.files:

@@ -40,19 +40,21 @@ def _rows(path: Path) -> dict[tuple[str, str], dict]:
     return {(r["task_name"], r["example_id"]): r for r in map(json.loads, path.read_text().splitlines())}
 
 
-def _evaluate(model: Path, task_dir: Path, output: Path, **options):
+def _evaluate(model: Path, task_dir: Path, output: Path, *, dtype: str, compare_dtype: str | None = None):
+    engine = flasheval.EngineOptions(device="cpu", batch_size=4, dtype=dtype)
     return one_thread(lambda: flasheval.evaluate(f"hf:{model}", tasks=TASKS, task_dir=task_dir, n_examples=24,
-                                                 device="cpu", batch_size=4, output=output, format="jsonl", **options))
+                                                 engine=engine, output=output, format="jsonl",
+                                                 compare_dtype=compare_dtype))
 
 
 def test_flips_and_differences_match_the_two_example_files(peaky_model, task_dir, tmp_path, capsys):
     out = tmp_path / "bf16"
     run = _evaluate(peaky_model, task_dir, out, dtype="bfloat16", compare_dtype="float32")
     block = read_record(out / "summary.json").payload["dtype_comparison"]
-    assert block == json.loads(json.dumps(run.summary["dtype_comparison"]))
+    assert block == json.loads(json.dumps(run.summary.record["dtype_comparison"]))
     assert (block["dtype"], block["compare_dtype"], block["examples_file"]) == ("bfloat16", "float32",
                                                                                  "examples-float32.jsonl")
-    assert block["fingerprint"] != run.summary["fingerprint"] and block["n_requests_computed"] > 0
+    assert block["fingerprint"] != run.summary.record["fingerprint"] and block["n_requests_computed"] > 0
     ours, theirs = _rows(out / "examples.jsonl"), _rows(out / "examples-float32.jsonl")
     assert set(ours) == set(theirs)
     for task in TASKS.split(","):
@@ -66,7 +68,7 @@ def test_flips_and_differences_match_the_two_example_files(peaky_model, task_dir
         assert got["n_correct_to_wrong"] == sum(theirs[k]["correct"] and not ours[k]["correct"] for k in keys)
         assert got["n_wrong_to_correct"] == sum(ours[k]["correct"] and not theirs[k]["correct"] for k in keys)
         assert got["n_prediction_changed"] == sum(ours[k]["prediction"] != theirs[k]["prediction"] for k in keys)
-        assert got["accuracy"] == run.summary["tasks"][task]["accuracy"]
+        assert got["accuracy"] == run.summary.tasks[task].accuracy
     assert max(t["max_abs_delta_logprob"] for t in block["tasks"].values()) > 1e-3  # bf16 did move the numbers
     assert sum(t["n_prediction_changed"] for t in block["tasks"].values()) > 0, \
         "no prediction flipped: the flip counts above were not put to the test (change the seed or the scale)"
@@ -75,7 +77,7 @@ def test_flips_and_differences_match_the_two_example_files(peaky_model, task_dir
     for record in plain.records:
         assert theirs[(record.task_name, record.example_id)]["choice_logprob_sum"] == list(record.choice_logprob_sum)
     # A rerun is served from the store, under both fingerprints, and reports the same comparison.
-    again = _evaluate(peaky_model, task_dir, out, dtype="bfloat16", compare_dtype="float32").summary
+    again = _evaluate(peaky_model, task_dir, out, dtype="bfloat16", compare_dtype="float32").summary.record
     assert again["n_requests_computed"] == 0 and again["dtype_comparison"]["n_requests_computed"] == 0
     assert again["dtype_comparison"]["tasks"] == block["tasks"]
 

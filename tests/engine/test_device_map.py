@@ -238,7 +238,8 @@ def test_a_model_the_caller_dispatched_is_scored_as_it_is(one_device, tiny_folde
     assert [v for v, _ in likelihood] == pytest.approx([v for v, _ in one_device[1][0]], abs=1e-5)
     assert rolling == pytest.approx(one_device[1][1], abs=1e-5) and generation == one_device[1][2]
     with pytest.raises(InputError, match=r"field '--device-map': an in-memory model runs as it is"):
-        flasheval.evaluate(model, tokenizer=tokenizer, heldout=[__file__], device_map="auto")
+        flasheval.evaluate(model, tokenizer=tokenizer, heldout=[__file__],
+                           engine=flasheval.EngineOptions(device_map="auto"))
 
 
 def test_a_load_that_needs_an_offload_folder_says_which_option(tiny_folder, monkeypatch):

@@ -39,13 +39,14 @@ def world(tmp_path_factory, task_dir):
     models = save_tiny_models(root / "models")
     (root / "plan.yaml").write_text(PLAN, encoding="utf-8")
     flasheval.build_reference([f"m0=hf:{models['m0']}", f"m1=hf:{models['m1']}"], name="tiny", suite="dclm-core",
-                              tasks=",".join(SIZES), task_dir=task_dir, n_examples=10, seed=7, device="cpu",
+                              tasks=",".join(SIZES), task_dir=task_dir, n_examples=10, seed=7, engine=flasheval.EngineOptions(device="cpu"),
                               output_root=root / "refs", work_dir=root / "work")
     return {"root": root, "models": models, "ref": root / "refs" / "tiny", "plan": root / "plan.yaml"}
 
 
 def _place(world, output):
-    return flasheval.place(f"m2=hf:{world['models']['m2']}", world["ref"], plan=world["plan"], device="cpu",
+    return flasheval.place(f"m2=hf:{world['models']['m2']}", world["ref"], plan=world["plan"],
+                           engine=flasheval.EngineOptions(device="cpu"),
                            output=output)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from flasheval.cli import main
 from flasheval.errors import InputError, UnknownNameError
-from flasheval.reference import load_reference, resolve_reference, write_reference
+from flasheval.reference import load_reference, reference_folder, write_reference
 
 
 def _frame(n_models=4, datasets=(("a", 5), ("b", 3)), seed=0):
@@ -91,9 +91,9 @@ def test_non_finite_score_is_refused(tmp_path):
 def test_unknown_reference_name_lists_known(tmp_path, monkeypatch):
     _write(tmp_path, _frame())
     monkeypatch.setenv("FLASHEVAL_REFERENCES", str(tmp_path))
-    assert resolve_reference("ref") == tmp_path / "ref"
+    assert reference_folder("ref") == tmp_path / "ref"
     with pytest.raises(UnknownNameError, match="unknown reference 'nope'.*helm_lite.*ref"):
-        resolve_reference("nope")
+        reference_folder("nope")
 
 
 def test_without_removes_one_model(tmp_path):

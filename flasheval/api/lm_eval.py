@@ -1,0 +1,116 @@
+"""``flasheval.lm_eval``: run lm-evaluation-harness tasks with flasheval's engine as the model.
+
+The one path behind ``flasheval lm-eval``: lm-eval's ``run`` with the model replaced by a flasheval
+spec: the same task options and output files (lm-eval's ``EvaluationTracker``), and flasheval's
+engine underneath (shared-context scoring, a crash-safe results store, data parallelism under
+``accelerate launch``). lm-eval is imported only when the call runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flasheval.api.options import EngineOptions, engine_options
+from flasheval.checks import check_dtype, LOAD_DTYPES, name_list
+from flasheval.engine import check_model_files, parse_named_models
+from flasheval.errors import InputError
+from flasheval.records import slug
+
+__all__ = ["LmEvalRun", "lm_eval"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class LmEvalRun:
+    """What :func:`lm_eval` returns."""
+
+    results: Mapping[str, Any] | None
+    """lm-eval's results (``None`` on the other processes of a launch)."""
+    n_requests: int
+    n_computed: int
+    """Requests computed now (the rest came from the store)."""
+    store: Path
+    seconds: float
+    is_main_process: bool = True
+
+
+def lm_eval(
+    model: str,
+    *,
+    tasks: str | Sequence[str],
+    include_path: str | Path | None = None,
+    num_fewshot: int | None = None,
+    fewshot_seed: int = 1234,
+    limit: float | None = None,
+    log_samples: bool = False,
+    output_path: str | Path | None = None,
+    store: str | Path | None = None,
+    engine: EngineOptions | None = None,
+    progress_bar: bool | None = None,
+) -> LmEvalRun:
+    """Run the lm-eval ``tasks`` with ``model`` (``[NAME=]hf:PATH_OR_ID`` / ``[NAME=]gguf:FILE``).
+
+    Parameters
+    ----------
+    tasks
+        lm-eval task names, a list or ``"t1,t2"``.
+    include_path, num_fewshot, fewshot_seed, limit, log_samples, output_path
+        lm-eval's options: custom task YAMLs, few-shot count (default: each task's), the few-shot sampler's
+        seed, the first N docs (or a fraction) per task, per-sample logs (needs ``output_path``), and the
+        folder of lm-eval's output files (``None``: none written).
+    store
+        The results store (default ``OUTPUT_PATH/store``, else ``runs/lm-eval-MODEL/store``).
+    engine
+        How the model runs (:class:`~flasheval.api.options.EngineOptions`; dtype default ``float32``,
+        device ``auto``, batch size 32, ``max_length`` default the model config's).
+    progress_bar
+        A bar on stderr per forward batch: ``None`` shows it when stderr is a terminal, ``True``/``False``.
+    """
+    from flasheval.lmeval import require_lm_eval
+
+    require_lm_eval()
+    engine = engine_options(engine)
+    if log_samples and not output_path:
+        raise InputError("--log_samples needs --output_path (where lm-eval writes the samples)", field="--log_samples")
+    names = name_list(tasks, field="--tasks", what="task", unique=False)
+    dtype = check_dtype(engine.dtype or "float32", allowed=LOAD_DTYPES)
+    named = parse_named_models([model], field="--model")[0] if isinstance(model, str) else None
+    if named is None:
+        raise InputError(f"expected a model spec ([NAME=]hf:... / gguf:...), got {type(model).__name__}",
+                         field="--model")
+    check_model_files([named], field="--model")
+    placement = engine.placement
+    from flasheval.lmeval.loading import open_lmeval_model
+    from flasheval.lmeval.tasks import make_task_manager, run_tasks
+
+    manager = make_task_manager(None if include_path is None else str(include_path))
+    folder = Path(store or (Path(output_path) / "store" if output_path else
+                            Path("runs") / f"lm-eval-{slug(named.model_id)}" / "store"))
+    start = time.perf_counter()
+    opened = open_lmeval_model(named, folder, dtype=dtype, device=engine.device or "auto",
+                               batch_size=engine.batch_size or 32, max_length=engine.max_length,
+                               progress_bar=progress_bar, device_map=placement)
+    tracker = None
+    if output_path and opened.is_main_process:
+        from lm_eval.loggers import EvaluationTracker
+
+        tracker = EvaluationTracker(output_path=str(output_path))
+    try:
+        results = run_tasks(opened.lm, list(names), task_manager=manager, num_fewshot=num_fewshot, limit=limit,
+                            fewshot_seed=fewshot_seed, log_samples=log_samples, evaluation_tracker=tracker,
+                            model_args=f"pretrained={named.model_id}")
+    finally:
+        opened.close()
+    main = opened.is_main_process and results is not None
+    if main and tracker is not None:
+        samples = results.pop("samples", None)
+        tracker.save_results_aggregated(results=results, samples=samples)
+        if log_samples and samples:
+            for task_name in results["configs"]:
+                tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
+    return LmEvalRun(results=results if main else None, n_requests=opened.lm.n_requests,
+                     n_computed=opened.cached.n_computed, store=folder, seconds=time.perf_counter() - start,
+                     is_main_process=opened.is_main_process)
