@@ -7,7 +7,7 @@ that writes it holds ``folder.lock`` (:func:`flasheval.engine.store_shards.lock_
 the end, so a second sweep on the same folder is refused in one line before it reads or writes
 anything; rerunning the same command after a crash resumes from the stores, and other settings in the
 same folder are refused in one line. A run folder of store format 1 (one ``scores.jsonl`` for every
-checkpoint, before issue 30) is migrated once when it is opened with the same settings: every score
+checkpoint, as earlier releases wrote) is migrated once when it is opened with the same settings: every score
 goes into its checkpoint's shard as it was (nothing recomputed), the old file is kept as
 ``scores.jsonl.migrated`` and the settings are rewritten with format 2.
 """

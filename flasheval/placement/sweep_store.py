@@ -7,7 +7,7 @@ the same store, file format, checksums, recovery and corrupt-line policy (skippe
 asked again) as every evaluation and live placement. :class:`StoredScorer` wraps any
 :class:`~flasheval.placement.scorers.ExampleScorer` so that a rerun is served from the store and only
 asks the model for what is missing. :func:`read_legacy_scores` reads the single ``scores.jsonl`` of a
-run folder written before issue 30 (:mod:`flasheval.placement.sweep_folder` migrates it once).
+run folder written before store format 2 (:mod:`flasheval.placement.sweep_folder` migrates it once).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class StoredScorer:
 
 
 def read_legacy_scores(path: Path) -> dict[str, dict[str, StoredScore]]:
-    """``{model_id: {key: score}}`` of a ``scores.jsonl`` written before issue 30 (one file, every checkpoint).
+    """``{model_id: {key: score}}`` of a ``scores.jsonl`` written before store format 2 (one file, every checkpoint).
 
     Its lines were ``{"model_id", "task_name", "example_id", "score", "n_tokens"}``. A torn last line
     (a process killed mid-write) is dropped with a warning; a complete line that does not read is

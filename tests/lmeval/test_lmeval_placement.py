@@ -230,7 +230,7 @@ def test_sweep_with_a_token_budget_on_an_lm_eval_build(world, lm_built):
     # cannot be checked"). 1000 tokens pay for one checkpoint's first stage (about 740 tokens), not a second's.
     out = world["root"] / "sweep"
     run = flasheval.sweep([f"third=hf:{world['tiny']['m1']}", f"fourth=hf:{world['tiny']['m0']}"], lm_built,
-                          budget=Budget(max_tokens=1000), plan=world["plan"], device="cpu", output=out, max_loaded=1)
+                          budget=Budget(max_tokens=1000), plan=world["plan"], engine=flasheval.EngineOptions(device="cpu"), output=out, max_loaded=1)
     record = read_record(out / "sweep.json").payload
     assert record["live"]["engine"] == "lm-eval" and record["budget"]["tokens"] == 1000
     scored = [c for c in run.result.checkpoints if c.n_tokens]

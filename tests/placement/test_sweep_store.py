@@ -21,7 +21,7 @@ from flasheval.placement.sweep_store import StoredScorer, score_fingerprint
 from flasheval.records import read_record
 
 OLD_FOLDER = Path(__file__).with_name("data") / "run_folder_v1"
-"""A run folder written by the sweep before issue 30 (store format 1): `flasheval sweep --models
+"""A run folder written by the sweep before store format 2 (store format 1): `flasheval sweep --models
 replay:meta/llama-3-70b replay:allenai/olmo-7b --datasets helm_lite/math helm_lite/openbookqa --budget-examples 200`."""
 
 
