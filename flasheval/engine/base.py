@@ -30,7 +30,7 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["Backend", "BackendInfo", "OnResults", "SCORING_VERSION", "example_units"]
+__all__ = ["Backend", "BackendInfo", "OnResults", "SCORING_VERSION", "Wrapper", "example_units"]
 
 SCORING_VERSION = "3"
 """Version of the scoring conventions (tokenization, truncation, windows). Part of every model
@@ -141,6 +141,32 @@ class Backend(Protocol):
     ) -> list[RollingLoglikelihoodResult]:
         """Log-likelihood of whole texts, scored in windows of the model's context length."""
         ...
+
+
+class Wrapper:
+    """A backend around another (data parallelism, the results store): the parts of the contract it reports
+    as the wrapped backend does. Subclasses add the scoring methods."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    @property
+    def fingerprint(self) -> str:
+        """The wrapped backend's fingerprint."""
+        return self._backend.fingerprint
+
+    @property
+    def info(self) -> BackendInfo:
+        """The wrapped backend's :class:`BackendInfo`."""
+        return self._backend.info
+
+    def plan_batches(self, requests: Sequence[LoglikelihoodRequest]) -> list[tuple[int, ...]]:
+        """The wrapped backend's planned batches (stored requests included)."""
+        return self._backend.plan_batches(requests)
+
+    def release(self) -> None:
+        """Free the wrapped backend's weights."""
+        self._backend.release()
 
 
 def example_units(requests: Sequence[LoglikelihoodRequest | GenerationRequest | RollingLoglikelihoodRequest],

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flasheval.engine.base import Backend, BackendInfo, OnResults, example_units
+from flasheval.engine.base import Backend, OnResults, Wrapper, example_units
 from flasheval.engine.progress_bar import progress_bar
 from flasheval.engine.store import CachedBackend, ResultStore
 from flasheval.engine.store_adoption import adopt_shard
@@ -190,7 +190,7 @@ def request_id(request: Request | Result) -> tuple[str, str, int]:
     return (request.task_name, request.example_id, getattr(request, "choice_index", 0))
 
 
-class DistributedBackend:
+class DistributedBackend(Wrapper):
     """Run ``backend`` data-parallel over the processes of an accelerate launch.
 
     Parameters
@@ -210,7 +210,7 @@ class DistributedBackend:
     """
 
     def __init__(self, backend: Backend, *, state: Any = None, progress: bool | None = False) -> None:
-        self._backend = backend
+        super().__init__(backend)
         self._state = state
         self._progress = progress
 
@@ -220,24 +220,6 @@ class DistributedBackend:
         if self._state is None:
             self._state = make_state()
         return self._state
-
-    @property
-    def fingerprint(self) -> str:
-        """The wrapped backend's fingerprint."""
-        return self._backend.fingerprint
-
-    @property
-    def info(self) -> BackendInfo:
-        """The wrapped backend's :class:`~flasheval.engine.base.BackendInfo`."""
-        return self._backend.info
-
-    def plan_batches(self, requests: Sequence[LoglikelihoodRequest]) -> list[tuple[int, ...]]:
-        """The wrapped backend's planned batches."""
-        return self._backend.plan_batches(requests)
-
-    def release(self) -> None:
-        """Free the wrapped backend's weights."""
-        self._backend.release()
 
     def from_main(self, value: T) -> T:
         """The main process's ``value`` on every process: a caching wrapper plans from the main

@@ -67,21 +67,7 @@ def append_lines(target: str | os.PathLike[str] | BinaryIO, lines: Sequence[str]
     ``target`` is a path (opened and closed here) or a file already open in binary append mode.
     After this returns, every line is on disk; a crash during it leaves at most a torn tail.
     """
-    if not lines:
-        return
-    payload = ("\n".join(lines) + "\n").encode("utf-8")
-    if isinstance(target, (str, os.PathLike)):
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "ab") as fh:
-            _write_durably(fh, payload)
-    else:
-        _write_durably(target, payload)
-
-
-def _write_durably(fh: BinaryIO, payload: bytes) -> None:
-    fh.write(payload)
-    fh.flush()
-    os.fsync(fh.fileno())
+    _append(target, lines, sync=True)
 
 
 def write_lines(target: str | os.PathLike[str] | BinaryIO, lines: Sequence[str]) -> None:
@@ -90,16 +76,26 @@ def write_lines(target: str | os.PathLike[str] | BinaryIO, lines: Sequence[str])
     A process killed afterwards loses none of them (the kernel holds them); a power cut may, until
     :func:`fsync_file`. For work that is cheap to redo (a replay sweep's scores).
     """
+    _append(target, lines, sync=False)
+
+
+def _append(target: str | os.PathLike[str] | BinaryIO, lines: Sequence[str], *, sync: bool) -> None:
     if not lines:
         return
     payload = ("\n".join(lines) + "\n").encode("utf-8")
     if isinstance(target, (str, os.PathLike)):
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         with open(target, "ab") as fh:
-            fh.write(payload)
+            _write(fh, payload, sync=sync)
     else:
-        target.write(payload)
-        target.flush()
+        _write(target, payload, sync=sync)
+
+
+def _write(fh: BinaryIO, payload: bytes, *, sync: bool) -> None:
+    fh.write(payload)
+    fh.flush()
+    if sync:
+        os.fsync(fh.fileno())
 
 
 def fsync_file(path: str | os.PathLike[str]) -> None:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from flasheval.engine.base import Backend, BackendInfo, OnResults
+from flasheval.engine.base import Backend, OnResults, Wrapper
 from flasheval.engine.journal import append_lines, fsync_file, write_lines
 from flasheval.engine.store_shards import (
     encode_record,
@@ -198,7 +198,7 @@ def _restamp(result: Result, request: Request) -> Result:
     return dataclasses.replace(result, **ids)
 
 
-class CachedBackend:
+class CachedBackend(Wrapper):
     """Serve stored results and send only missing requests to ``backend``.
 
     Under data parallelism (``backend`` a :class:`~flasheval.engine.distributed.DistributedBackend`,
@@ -226,28 +226,10 @@ class CachedBackend:
                  share: Callable[[dict[str, Result]], dict[str, Result]] | None = None) -> None:
         if store.fingerprint != backend.fingerprint:
             raise ValueError("store and backend fingerprints differ")
-        self._backend = backend
+        super().__init__(backend)
         self._store = store
         self._share = share
         self.n_computed = 0
-
-    @property
-    def fingerprint(self) -> str:
-        """The wrapped backend's fingerprint."""
-        return self._backend.fingerprint
-
-    @property
-    def info(self) -> BackendInfo:
-        """The wrapped backend's :class:`~flasheval.engine.base.BackendInfo`."""
-        return self._backend.info
-
-    def plan_batches(self, requests: Sequence[LoglikelihoodRequest]) -> list[tuple[int, ...]]:
-        """The wrapped backend's planned batches (stored requests included)."""
-        return self._backend.plan_batches(requests)
-
-    def release(self) -> None:
-        """Free the wrapped backend's weights."""
-        self._backend.release()
 
     def loglikelihood(
         self, requests: Sequence[LoglikelihoodRequest], *, on_results: OnResults | None = None
