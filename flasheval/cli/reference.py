@@ -1,6 +1,6 @@
 """``flasheval reference import|build|show``: build a reference from results users have
-(:mod:`flasheval.reference.importing`) or by scoring models live (:mod:`flasheval.reference.build`);
-print a ranking."""
+(:func:`flasheval.import_reference`) or by scoring models live (:func:`flasheval.build_reference`, one loop for
+both engines in :mod:`flasheval.placement.building`); print a ranking."""
 
 from __future__ import annotations
 
@@ -101,13 +101,10 @@ def _build(args: argparse.Namespace) -> int:
         work_dir=args.work_dir, force=args.force, argv=sys.argv[1:], progress=step_printer(args))
     if built.reference is None:  # the other processes of a launch: the main process wrote and prints
         return 0
-    if args.engine == "lm-eval":
-        print_built(built.path, built.reference, start=start, seconds=built.seconds, computed=built.computed,
-                    datasets="lm-eval tasks", value_label="mean", footer=f"results store: {built.store_dir}")
-    else:
-        print_built(built.path, built.reference, start=start, seconds=built.seconds, computed=built.computed,
-                    datasets="tasks", value_label=None,
-                    footer=f"build log: {built.log_path}; results store: {built.store_dir}")
+    lm_eval = args.engine == "lm-eval"
+    print_built(built.path, built.reference, start=start, seconds=built.seconds, computed=built.computed,
+                datasets="lm-eval tasks" if lm_eval else "tasks", value_label="mean" if lm_eval else None,
+                footer=f"build log: {built.log_path}; results store: {built.store_dir}")  # both engines write the log
     return 0
 
 
