@@ -19,7 +19,7 @@ from typing import Any
 
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter
-from flasheval.checks import check_dtype, check_seed
+from flasheval.checks import check_dtype, check_n_examples, check_seed
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
@@ -145,8 +145,7 @@ def build_reference(
     """
     if task_engine not in ENGINES:
         raise InputError(f"unknown engine {task_engine!r}", field="--engine", allowed=ENGINES)
-    if n_examples is not None and (isinstance(n_examples, bool) or not isinstance(n_examples, int) or n_examples < 1):
-        raise InputError(f"must be >= 1, got {n_examples}", field="--n-examples")
+    check_n_examples(n_examples)
     engine = engine_options(engine)
     dtype = check_dtype(engine.dtype or "float32", why=" (a reference pins its dtype)")
     engine.refuse("evaluate and lm_eval only (a reference's models are scored as it records)", "max_length")
