@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from flasheval.checks import DTYPES, check_count, check_dtype, check_seed
+from flasheval.checks import check_count, check_dtype, check_seed
 from flasheval.engine.device_map import DeviceMap, device_map_from
 from flasheval.engine.devices import check_device
 from flasheval.engine.in_memory import LoadedModel
@@ -39,8 +39,8 @@ from flasheval.reference.live import LiveSetup, prepare_live
 from flasheval.reference.lmeval_live import LmEvalLiveSetup, is_lmeval_reference, prepare_lmeval_live
 from flasheval.tasks import LiveTask
 
-__all__ = ["DTYPES", "LiveOptions", "OpenedScorer", "ModelOpener", "ScoringSetup", "TaskFileScoring", "LmEvalScoring",
-           "prepare_scoring", "check_count", "check_seed", "open_task_files", "open_lmeval"]
+__all__ = ["LiveOptions", "OpenedScorer", "ModelOpener", "ScoringSetup", "TaskFileScoring", "LmEvalScoring",
+           "prepare_scoring", "open_task_files", "open_lmeval"]
 
 
 LiveModel = NamedModel | LoadedModel
