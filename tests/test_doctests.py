@@ -55,6 +55,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.placement.sweep_pool": 2,
     "flasheval.placement.sweep_store": 1,
     "flasheval.placement.tiers": 8,
+    "flasheval.placement.run_coverage": 2,
     "flasheval.records": 1,
     "flasheval.report.figures": 1,
     "flasheval.report.html": 2,
