@@ -12,14 +12,28 @@ as package data under ``flasheval/_data/`` (``pyproject.toml`` maps the packages
 
 from __future__ import annotations
 
+import os
 from importlib.resources import files
 from pathlib import Path
 
 from flasheval.errors import UnknownNameError
 
-__all__ = ["EMBEDDED_FOLDERS", "embedded_data_dir", "running_from_checkout"]
+__all__ = ["EMBEDDED_FOLDERS", "CACHE_ENV", "cache_root", "embedded_data_dir", "running_from_checkout"]
 
 EMBEDDED_FOLDERS: tuple[str, ...] = ("tiers", "reference_rankings")
+CACHE_ENV = "FLASHEVAL_CACHE"
+"""Environment variable: the folder flasheval keeps its caches in (``off`` or empty: no disk caches)."""
+
+
+def cache_root() -> Path | None:
+    """flasheval's cache folder: ``$FLASHEVAL_CACHE`` when set (``off``, ``0``, ``none`` or empty: ``None``,
+    no disk cache), else ``$XDG_CACHE_HOME/flasheval`` or ``~/.cache/flasheval``. Each cache has a subfolder
+    (``calibration/``, ``gguf/``)."""
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen is not None:
+        return None if chosen.strip().lower() in ("", "off", "0", "none") else Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "flasheval"
 
 
 def embedded_data_dir(name: str) -> Path:

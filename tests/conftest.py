@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # Tests keep no calibrations on disk (they would land in ~/.cache); the cache's own tests turn it on in a
 # temporary folder. Subprocesses the tests start inherit this.
 os.environ["FLASHEVAL_CACHE"] = "off"
+# GGUF files converted once (flasheval/engine/gguf_cache.py) are shared by the whole run and later runs on this
+# machine: every real-model setup after the first reads safetensors instead of parsing the GGUF file three times.
+# Keyed by the file's SHA-256, so nothing stale is ever read.
+os.environ.setdefault("FLASHEVAL_GGUF_CACHE", os.path.join(tempfile.gettempdir(), f"flasheval-test-gguf-{os.getuid()}"))
 
 TEST_BUDGET_S = 60.0
 """A test whose setup, call and teardown together take longer than this is named after the run."""

@@ -94,6 +94,10 @@ class HFLoadPlan:
     placement: Any = None
     """With a device map: this replica's :class:`~flasheval.engine.device_map.ReplicaPlacement` (``device`` is
     then its main device); ``None``: the model loads on ``device``."""
+    gguf_key: str | None = None
+    """A GGUF file's SHA-256 when the GGUF cache is on (:func:`~flasheval.engine.gguf_cache.content_key`)."""
+    converted: str | None = None
+    """The GGUF file's converted folder in the cache, read instead of the file (:mod:`flasheval.engine.gguf_cache`)."""
 
 
 def plan_hf_load(
@@ -116,6 +120,7 @@ def plan_hf_load(
     """
     from flasheval.engine.base import SCORING_VERSION
     from flasheval.engine.fingerprint import hub_commit, model_fingerprint, path_digest
+    from flasheval.engine.gguf_cache import content_key, converted_folder
 
     path = Path(target).expanduser()
     is_local = path.exists() or target.startswith(("/", ".", "~")) or gguf_file is not None
@@ -138,7 +143,9 @@ def plan_hf_load(
         torch_device = torch.device(placement.main_device)
     torch_dtype, dtype_name = _resolve_dtype(dtype, torch_device)
     source = str(path) if is_local else target
-    config = _from_pretrained("AutoConfig", source, gguf_file, revision)
+    gguf_key = content_key(path / gguf_file) if gguf_file else None
+    converted = converted_folder(gguf_key, dtype_name) if gguf_key else None
+    config = _from_pretrained("AutoConfig", *_files(source, gguf_file, converted), revision)
     resolved_max = int(max_length or getattr(config, "max_position_embeddings", None) or 2048)
     commit = None
     if not is_local:
@@ -155,7 +162,8 @@ def plan_hf_load(
                       torch_dtype=torch_dtype, dtype_name=dtype_name, max_length=resolved_max,
                       fingerprint=model_fingerprint(**identity, settings=settings),
                       previous_fingerprint=model_fingerprint(**identity), settings=settings,
-                      n_parameters=n_parameters, config=config, placement=placement)
+                      n_parameters=n_parameters, config=config, placement=placement,
+                      gguf_key=gguf_key, converted=None if converted is None else str(converted))
 
 
 def run_settings(*, device: Any, attn_implementation: str, pad_multiple: int) -> RunSettings:
@@ -180,7 +188,13 @@ def model_settings(model: Any, *, pad_multiple: int = PAD_MULTIPLE) -> RunSettin
 
 def load_tokenizer(plan: HFLoadPlan) -> Any:
     """The planned model's tokenizer (cheap next to the weights)."""
-    return _from_pretrained("AutoTokenizer", plan.source, plan.gguf_file, plan.revision)
+    return _from_pretrained("AutoTokenizer", *_files(plan.source, plan.gguf_file, plan.converted), plan.revision)
+
+
+def _files(source: str, gguf_file: str | None, converted: str | None) -> tuple[str, str | None]:
+    """``(folder, gguf_file)`` transformers reads: the converted folder of a GGUF file when the cache has one
+    (:mod:`flasheval.engine.gguf_cache`), else the model's own files."""
+    return (converted, None) if converted is not None else (source, gguf_file)
 
 
 def _empty_copy(config: Any, source: str) -> tuple[int, str]:
@@ -205,16 +219,22 @@ def _empty_copy(config: Any, source: str) -> tuple[int, str]:
 def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int = 32,
                  share_context: bool = True) -> HFBackend:
     """Load the weights of ``plan`` (and its tokenizer, unless given) into an :class:`HFBackend`."""
-    if tokenizer is None:
+    own_tokenizer = tokenizer is None
+    if own_tokenizer:
         tokenizer = load_tokenizer(plan)
     placed: dict[str, Any] = {}
     if plan.placement is not None:
         from flasheval.engine.device_map import load_kwargs
 
         placed = load_kwargs(plan.placement)
-    model = _from_pretrained("AutoModelForCausalLM", plan.source, plan.gguf_file, plan.revision,
-                             config=plan.config, dtype=plan.torch_dtype,
+    model = _from_pretrained("AutoModelForCausalLM", *_files(plan.source, plan.gguf_file, plan.converted),
+                             plan.revision, config=plan.config, dtype=plan.torch_dtype,
                              attn_implementation=plan.settings.attn_implementation, **placed)
+    if plan.gguf_key is not None and plan.converted is None and plan.placement is None and own_tokenizer:
+        from flasheval.engine.gguf_cache import write_converted
+
+        write_converted(plan.gguf_key, plan.dtype_name, model=model, config=plan.config, tokenizer=tokenizer,
+                        source=f"{plan.source}/{plan.gguf_file}")
     if plan.placement is None:
         model.to(plan.device)
     model.eval()

@@ -24,6 +24,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from flasheval.data_paths import cache_root
+
 __all__ = ["CALIBRATION_VERSION", "cache_folder", "read_cached", "write_cached"]
 
 logger = logging.getLogger(__name__)
@@ -37,11 +39,8 @@ _warned: set[str] = set()
 
 def cache_folder() -> Path | None:
     """The folder calibrations are kept in, or ``None`` when the disk cache is off (``FLASHEVAL_CACHE=off``)."""
-    chosen = os.environ.get("FLASHEVAL_CACHE")
-    if chosen is not None:
-        return None if chosen.strip().lower() in ("", "off", "0", "none") else Path(chosen) / "calibration"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "flasheval" / "calibration"
+    root = cache_root()
+    return None if root is None else root / "calibration"
 
 
 def _path(key: str) -> Path | None:
