@@ -192,7 +192,8 @@ def is_sharded(model: Any) -> bool:
     """Whether ``model`` runs sharded (FSDP1 / FSDP2 wrapped, or parameters that are ``DTensor`` s)."""
     if _wrapper(model, "FullyShardedDataParallel") or _wrapper(model, "FSDPModule"):
         return True
-    first = next(iter(model.parameters()), None)
+    parameters = getattr(model, "parameters", None)
+    first = next(iter(parameters()), None) if callable(parameters) else None
     return first is not None and type(first).__name__ == "DTensor"
 
 

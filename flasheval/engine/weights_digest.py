@@ -22,10 +22,11 @@ Sharded parameters are digested as each process holds them: a ``DTensor`` (FSDP2
 parameter as it is (the local shard). No collective is run here. Parameters on the ``meta`` device
 (offloaded by a device map) count by name, shape and dtype only.
 
-Cost (``benchmarks/weights_digest.py``, 2 CPU cores, float32): a Llama of SmolLM2-135M's shape
-(134.5M parameters, 272 tensors) takes about 0.06 s, under 1% of one forward pass of 32 rows x 256
-tokens on the same machine (about 8 s) and a far smaller share of a placement (hundreds of such
-passes). On a GPU the sums run at memory bandwidth.
+Cost (``benchmarks/weights_digest.py``; figures in ``docs/engine.md``, "Models held in memory"): one
+read of every weight, one reduction per parameter tensor. A Llama of SmolLM2-135M's shape (134.5M
+float32 parameters, 272 tensors) on 2 CPU cores shared with other jobs: 1.3 to 4.5 s, 2.3% of one
+forward pass of 32 x 256 tokens in the same run (the time of about 190 tokens of forward passes), so
+about 1% of the smallest placement and well under it for the rest. On a GPU it runs at memory bandwidth.
 """
 
 from __future__ import annotations
