@@ -25,8 +25,9 @@ parameter as it is (the local shard). No collective is run here. Parameters on t
 Cost (``benchmarks/weights_digest.py``; figures in ``docs/engine.md``, "Models held in memory"): one
 read of every weight, one reduction per parameter tensor. A Llama of SmolLM2-135M's shape (134.5M
 float32 parameters, 272 tensors) on 2 CPU cores shared with other jobs: 1.3 to 4.5 s, 2.3% of one
-forward pass of 32 x 256 tokens in the same run (the time of about 190 tokens of forward passes), so
-about 1% of the smallest placement and well under it for the rest. On a GPU it runs at memory bandwidth.
+forward pass of 32 x 256 tokens in the same run (the time of about 190 tokens of forward passes): about
+15% of a placement that stops at its first stage (1,300 tokens), 1% or less of one of 20,000 tokens or
+more. On a GPU it runs at memory bandwidth.
 """
 
 from __future__ import annotations
