@@ -23,11 +23,12 @@ parameter as it is (the local shard). No collective is run here. Parameters on t
 (offloaded by a device map) count by name, shape and dtype only.
 
 Cost (``benchmarks/weights_digest.py``; figures in ``docs/engine.md``, "Models held in memory"): one
-read of every weight, one reduction per parameter tensor. A Llama of SmolLM2-135M's shape (134.5M
-float32 parameters, 272 tensors) on 2 CPU cores shared with other jobs: 1.3 to 4.5 s, 2.3% of one
-forward pass of 32 x 256 tokens in the same run (the time of about 190 tokens of forward passes): about
-15% of a placement that stops at its first stage (1,300 tokens), 1% or less of one of 20,000 tokens or
-more. On a GPU it runs at memory bandwidth.
+read of every weight; on the CPU numpy sums each parameter on one thread (torch's parallel reductions
+mostly waited for a busy core on a loaded machine), on a GPU torch does, with one transfer to the host.
+A Llama of SmolLM2-135M's shape (134.5M float32 parameters, 272 tensors) on 2 CPU cores shared with
+other jobs: 0.23 s, 0.17 to 0.3% of one forward pass of 32 x 256 tokens (the time of about 25 tokens
+of forward passes): about 2% of a placement that stops at its first stage (1,300 tokens), under 1%
+from 3,000 tokens, 0.25% at 10,000.
 """
 
 from __future__ import annotations
@@ -74,15 +75,38 @@ def _word_sum(bits: Any) -> Any:
     """The sum, modulo 2**64, of ``bits``'s bytes read as 64-bit words (as its own elements when they do not fit).
 
     Wrapping integer addition is associative, so the sum is exact whatever the order of the reduction;
-    changing any one word changes it. Read as 64-bit words because torch's int64 sum is vectorised while
-    a sum of narrower integers into int64 is not (about 15 times slower on CPU).
+    changing any one word changes it. On the CPU numpy sums (one thread: no waiting on a busy core),
+    giving an ``int``; elsewhere torch, giving a 0-d tensor on the device (its int64 sum is vectorised,
+    a sum of narrower integers into int64 is not). Either is the same number modulo 2**64.
     """
     import torch
 
+    if bits.device.type == "cpu":
+        import numpy as np
+
+        array = bits.numpy()
+        try:
+            words = array.view(np.uint64)
+        except ValueError:  # a size that is no whole number of 8-byte words
+            words = array.astype(np.int64).view(np.uint64)
+        return int(words.sum(dtype=np.uint64))
+    if bits.numel() * bits.element_size() % 8:  # a size that is no whole number of 8-byte words
+        return bits.sum(dtype=torch.int64)
     try:
         return bits.view(torch.int64).sum()
-    except RuntimeError:  # a size (or offset) that is no whole number of 8-byte words
-        return bits.sum(dtype=torch.int64)
+    except RuntimeError:  # an offset into its storage that is not 8-byte aligned
+        return bits.clone().view(torch.int64).sum()
+
+
+def _on_host(sums: list[Any]) -> list[int]:
+    """Every sum as an ``int`` modulo 2**64; the device ones brought over in one transfer."""
+    import torch
+
+    on_device = [s for s in sums if not isinstance(s, int)]
+    if on_device:
+        values = iter(torch.stack([s.to(on_device[0].device) for s in on_device]).cpu().tolist())
+        sums = [s if isinstance(s, int) else next(values) for s in sums]
+    return [int(s) % 2**64 for s in sums]
 
 
 def weights_digest(model: Any) -> str:
@@ -115,9 +139,8 @@ def weights_digest(model: Any) -> str:
             bits = _bit_view(local.detach().reshape(-1))
             sums.append(_word_sum(bits))
             samples.append(bits[:: max(1, bits.numel() // N_SAMPLES)][:N_SAMPLES].to(torch.int64))
-        on_host = ([], []) if not sums else (torch.stack([s.to(sums[0].device) for s in sums]).cpu().tolist(),
-                                             torch.cat([s.to(sums[0].device) for s in samples]).cpu().tolist())
-    return stable_hash({"parameters": described, "sums": on_host[0], "samples": on_host[1]})
+        sampled = [] if not samples else torch.cat([s.to(samples[0].device) for s in samples]).cpu().tolist()
+    return stable_hash({"parameters": described, "sums": _on_host(sums), "samples": sampled})
 
 
 def _record_path(store_dir: Path, identity: str) -> Path:
