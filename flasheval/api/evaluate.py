@@ -66,7 +66,8 @@ def evaluate(
         ``"hf:PATH_OR_ID[@REV]"``, ``"gguf:FILE"``, ``"replay:REFERENCE/MODEL"`` (recorded scores), a
         :class:`~flasheval.engine.in_memory.LoadedModel`, or a loaded ``transformers`` model with ``tokenizer=``.
     tokenizer, identity
-        In-memory models: the tokenizer, and what keys the stored results (none: kept for this call).
+        In-memory models: the tokenizer, and what keys the stored results with a digest of the weights (other
+        weights under the same identity are scored afresh; none: kept for this call).
     tasks, suites
         Task names and suite names (``dclm-core``, ...), each a list or one string (``"t1,t2"``); with both,
         ``tasks`` narrows the suites.

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flasheval.engine.in_memory import LoadedModel, is_transformers_model
+from flasheval.engine.in_memory import LoadedModel, is_torch_module, is_transformers_model
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
 from flasheval.records import slug
@@ -43,8 +43,14 @@ Model = ReplayModel | NamedModel | LoadedModel
 
 def resolve_model(model: Any, *, tokenizer: Any = None, identity: str | None = None, field: str = "--model",
                   check_files: bool = True) -> Model:
-    """What ``model`` names (module docstring); ``tokenizer``/``identity`` apply to transformers models only."""
-    if is_transformers_model(model):
+    """What ``model`` names (module docstring); ``tokenizer``/``identity`` apply to transformers models only.
+
+    Any torch module, and anything given with a ``tokenizer``, is taken for an in-memory model and checked
+    as one (:func:`~flasheval.engine.in_memory.check_model`: wrappers looked through, one line for a module
+    that is not a causal LM), so a DDP-wrapped model is scored and a bare ``LlamaModel`` refused by name.
+    """
+    ours = isinstance(model, (str, ReplayModel, NamedModel, LoadedModel))
+    if is_transformers_model(model) or is_torch_module(model) or (tokenizer is not None and not ours):
         return LoadedModel(model=model, tokenizer=tokenizer, identity=identity)
     for name, value in (("tokenizer", tokenizer), ("identity", identity)):
         if value is not None:

@@ -160,14 +160,17 @@ def place(
         ``"[NAME=]gguf:FILE"``, a :class:`~flasheval.engine.specs.NamedModel` or
         :class:`~flasheval.engine.in_memory.LoadedModel`, or a loaded ``transformers`` model with
         ``tokenizer=`` (scored in place, in eval mode under ``torch.inference_mode()``, and handed back in
-        the mode it came in).
+        the mode it came in; a DDP or ``torch.compile`` wrapper is looked through, an FSDP model runs through
+        its wrapper).
     reference
         A reference name, folder, or :class:`~flasheval.reference.ReferenceLeaderboard`. Live models need a
         reference built by scoring models (``build_reference`` or an lm-eval import); a model that is in
         the reference is held out of the pool.
     tokenizer, identity
         In-memory models only: the tokenizer, and what keys the model's stored results (e.g. a run name
-        and step). Without an identity the results are kept for this call only.
+        and step), together with a digest of the weights: other weights under the same identity are scored
+        afresh (one warning), never served the earlier ones' results. Without an identity the results are
+        kept for this call only.
     plan
         Tier plan name, file or :class:`~flasheval.placement.tiers.TierPlan` (:func:`flasheval.load_plan`).
     budget

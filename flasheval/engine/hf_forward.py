@@ -64,9 +64,11 @@ def padded_width(n_tokens: int, multiple: int) -> int:
 def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = 16) -> PassSettings:
     """Read the input device and the forward signature of ``model``."""
     from flasheval.engine.device_map import input_device
+    from flasheval.engine.in_memory import unwrap
 
-    # transformers 5.x renamed ``past_key_values`` to ``cache``; support both.
-    forward_parameters = inspect.signature(model.forward).parameters
+    # transformers 5.x renamed ``past_key_values`` to ``cache``; support both. The model's own signature
+    # (an FSDP1 wrapper's forward takes ``*args, **kwargs``).
+    forward_parameters = inspect.signature(unwrap(model)[1].forward).parameters
     cache_kw = "cache" if "cache" in forward_parameters else "past_key_values"
     # The context pass needs no logits: keep one position (older releases call it num_logits_to_keep).
     keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward_parameters), None)
@@ -102,10 +104,12 @@ def forward_unpadded(model: Any, group: Group, *, device: Any) -> list[Scored]:
     """One plain forward pass per item over ``context + continuation``: no padding, no cache."""
     import torch
 
+    from flasheval.engine.in_memory import no_grad
+
     scored = []
     for item in group.items:
         ids = torch.tensor([group.context + item.continuation], device=device)
-        with torch.inference_mode():
+        with no_grad(model):
             logits = model(input_ids=ids).logits[:, len(group.context) - 1 : -1]
         targets = ids[:, len(group.context) :]
         sums, greedy = score_logits(model, logits, targets, torch.ones_like(targets, dtype=torch.bool))
@@ -117,12 +121,14 @@ def forward_shared(model: Any, groups: list[Group], settings: PassSettings) -> l
     """Two passes: shared context prefixes once, then every choice from the expanded cache."""
     import torch
 
+    from flasheval.engine.in_memory import no_grad
+
     device = settings.device
     rows = [(g, item) for g, group in enumerate(groups) for item in group.items]
     prefix_lengths = [len(group.context) - 1 for group in groups]
     n_prefix = padded_width(max(prefix_lengths), settings.pad_multiple)
     row_group = torch.tensor([g for g, _ in rows], device=device)
-    with torch.inference_mode():
+    with no_grad(model):
         past, prefix_mask = None, None
         if n_prefix > 0:
             # Left padding: every row's prefix ends at the same column, so the distance

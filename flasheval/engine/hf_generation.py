@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flasheval.engine.batching import pack_batches
+from flasheval.errors import InputError
 from flasheval.types import GenerationRequest, GenerationResult
 
 __all__ = ["generation_batches", "generate_batch"]
@@ -57,6 +58,11 @@ def generate_batch(
     """
     import torch
 
+    from flasheval.engine.in_memory import no_grad, unwrap
+
+    if unwrap(model)[1] is not model:  # FSDP1: generate() would run the inner module without gathering
+        raise InputError(f"generation through {type(model).__name__} is not supported (its generate() bypasses the "
+                         "parameter gathering): score generation tasks on a saved checkpoint", field="model")
     stops, max_new = requests[members[0]].stop_sequences, requests[members[0]].max_new_tokens
     width = max(len(encoded[i]) for i in members)
     ids = torch.full((len(members), width), pad_id, dtype=torch.long)
@@ -64,7 +70,7 @@ def generate_batch(
     for r, i in enumerate(members):
         ids[r, width - len(encoded[i]) :] = torch.tensor(encoded[i])
         mask[r, width - len(encoded[i]) :] = 1
-    with torch.inference_mode():
+    with no_grad(model):
         out = model.generate(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),

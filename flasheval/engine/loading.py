@@ -15,9 +15,10 @@ from flasheval.engine.distributed import cached_runner, launch_state, open_share
 from flasheval.engine.in_memory import LoadedModel, in_memory_fingerprint
 from flasheval.engine.specs import ModelSpec, NamedModel
 from flasheval.engine.store import CachedBackend, ResultStore
+from flasheval.engine.weights_digest import note_identity, weights_digest
 from flasheval.errors import InputError
 
-__all__ = ["open_backend", "open_model", "behind_store", "open_cached_backend", "n_parameters"]
+__all__ = ["open_backend", "open_model", "behind_store", "open_cached_backend", "writes_store", "n_parameters"]
 
 
 def open_backend(spec: ModelSpec, **options: Any) -> Backend:
@@ -36,16 +37,19 @@ def open_backend(spec: ModelSpec, **options: Any) -> Backend:
 
 
 def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "auto", batch_size: int = 32,
-               max_length: int | None = None, device_map: DeviceMap | None = None) -> Backend:
+               max_length: int | None = None, device_map: DeviceMap | None = None,
+               record_in: Path | None = None) -> Backend:
     """The backend of a spec's model or of a model the caller holds (used as it is).
 
     A spec's model is opened without its weights (:class:`~flasheval.engine.deferred.DeferredBackend`:
     its config, tokenizer and fingerprint now; the weights when the first request has to be computed),
     so a rerun the results store answers entirely never loads them. An in-memory model keeps its
     device and dtype: ``dtype`` is checked against the model's own (``auto`` accepts any); its
-    results are keyed by its identity (:mod:`flasheval.engine.in_memory`). ``device_map`` spreads a spec's
-    model over this replica's devices (:mod:`flasheval.engine.device_map`); an in-memory model stays
-    where it is (one already dispatched with a device map is scored as it is).
+    results are keyed by its identity and a digest of its weights now (:mod:`flasheval.engine.in_memory`,
+    :mod:`flasheval.engine.weights_digest`); ``record_in``: the store folder where the identity's record is
+    kept, to warn when it held other weights (give it on the process that writes the store only).
+    ``device_map`` spreads a spec's model over this replica's devices (:mod:`flasheval.engine.device_map`);
+    an in-memory model stays where it is (one already dispatched with a device map is scored as it is).
     """
     if isinstance(model, NamedModel):
         return _deferred(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length,
@@ -61,13 +65,19 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
     from flasheval.engine.hf_forward import PAD_MULTIPLE
     from flasheval.engine.hf_loading import model_settings
 
-    length = int(max_length or getattr(model.model.config, "max_position_embeddings", None) or 2048)
-    settings = model_settings(model.model, pad_multiple=PAD_MULTIPLE)
+    length = int(max_length or getattr(model.module.config, "max_position_embeddings", None) or 2048)
+    settings = model_settings(model.module, pad_multiple=PAD_MULTIPLE)
     key = {"max_length": length, "scoring_version": SCORING_VERSION}
-    previous = None if model.identity is None else in_memory_fingerprint(model, **key, settings=None)
+    digest = None
+    if model.identity is not None:  # without one the results serve this call only: nothing to tell apart
+        digest = weights_digest(model.model)
+        if record_in is not None:
+            note_identity(record_in, model.identity, digest)
+    # No previous key: results stored before the weights' digest was part of the key cannot say which weights
+    # computed them, so none are adopted (an identity's first run with this release scores afresh).
     return HFBackend(model.model, model.tokenizer, batch_size=batch_size, max_length=length,
-                     pad_multiple=settings.pad_multiple, previous_fingerprint=previous,
-                     fingerprint=in_memory_fingerprint(model, **key, settings=settings))
+                     pad_multiple=settings.pad_multiple, previous_fingerprint=None,
+                     fingerprint=in_memory_fingerprint(model, **key, settings=settings, digest=digest))
 
 
 def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int, max_length: int | None,
@@ -113,9 +123,14 @@ def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dty
     """
     state = launch_state() if state is None else state
     backend = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length,
-                         device_map=device_map)
+                         device_map=device_map, record_in=store_dir if writes_store(state) else None)
     cached, store = behind_store(backend, store_dir, state)
     return cached, store, backend
+
+
+def writes_store(state: Any) -> bool:
+    """Whether this process writes the results store (the only process under ``state is None``, else the main one)."""
+    return state is None or bool(state.is_main_process)
 
 
 def n_parameters(backend: Backend) -> int | None:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from flasheval.engine.device_map import DeviceMap
 from flasheval.engine.distributed import make_state, shutdown
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
-from flasheval.engine.loading import n_parameters, open_model
+from flasheval.engine.loading import n_parameters, open_model, writes_store
 from flasheval.engine.specs import NamedModel
 from flasheval.engine.throughput import throughput
 from flasheval.evaluation.dtype_comparison import check_resolved_dtype, comparison_block, score_in_dtype
@@ -183,8 +183,10 @@ def _score(job: EvaluationJob, state: Any, report: Report, on_backend: Callable[
         store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-store-"))) if transient \
             else job.store if job.store is not None else job.output / "store"  # type: ignore[operator]
         load_started = time.perf_counter()
+        # (a spec's weights load on the first request not stored)
         backend = open_model(model, dtype=job.dtype, device=job.device, batch_size=job.batch_size,
-                             max_length=job.max_length, device_map=job.device_map)  # weights load on the first request not stored
+                             max_length=job.max_length, device_map=job.device_map,
+                             record_in=store_dir if writes_store(state) else None)
         open_seconds = time.perf_counter() - load_started
         on_backend(backend)
         check_resolved_dtype(job.compare_dtype, backend.info.dtype)  # auto made concrete

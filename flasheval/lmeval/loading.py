@@ -17,7 +17,7 @@ from typing import Any
 from flasheval.engine.device_map import DeviceMap
 from flasheval.engine.distributed import launch_state
 from flasheval.engine.in_memory import LoadedModel
-from flasheval.engine.loading import behind_store, n_parameters, open_model
+from flasheval.engine.loading import behind_store, n_parameters, open_model, writes_store
 from flasheval.engine.specs import NamedModel
 from flasheval.engine.store import CachedBackend, ResultStore
 from flasheval.lmeval.conventions import LmEvalConventionBackend, lmeval_max_length, resolve_lmeval_max_length
@@ -62,11 +62,11 @@ def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype
     if max_length is not None:
         length = max_length
     elif isinstance(model, LoadedModel):
-        length = lmeval_max_length(model.model.config.to_dict(), getattr(model.tokenizer, "model_max_length", None))
+        length = lmeval_max_length(model.module.config.to_dict(), getattr(model.tokenizer, "model_max_length", None))
     else:
         length = resolve_lmeval_max_length(model.spec)
     hf = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=length + 1,
-                    device_map=device_map)
+                    device_map=device_map, record_in=store_dir if writes_store(state) else None)
     cached, store = behind_store(LmEvalConventionBackend(hf, max_length=length), store_dir, state)
     is_main = state is None or state.is_main_process
     lm = FlashevalLM(cached, tokenizer=hf.tokenizer,  # type: ignore[attr-defined]
