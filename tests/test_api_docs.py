@@ -58,7 +58,7 @@ def test_in_memory_placement_from_a_training_loop_equals_the_cli_on_saved_weight
     assert main(["place", "--model", f"final=hf:{tmp_path / 'final'}", "--reference", str(reference),
                  "--tiers", str(tmp_path / "plan.yaml"), "--device", "cpu", "--output", str(out)]) == 0
     cli = read_record(out / "place.json").payload
-    memory = read_record(tmp_path / "place-step-6" / "place.json").payload
+    memory = read_record(tmp_path / "demo-run" / "checkpoints" / "step-6" / "place.json").payload
     returned = json.loads(json.dumps(last.to_json()))
     assert memory == returned | {"live": memory["live"]}  # the record written is the result returned
     for key in ("rank", "interval", "tier", "status", "stages", "compute"):
@@ -67,6 +67,9 @@ def test_in_memory_placement_from_a_training_loop_equals_the_cli_on_saved_weight
     assert memory["live"]["examples"] == cli["live"]["examples"]  # per example: score, tokens, few-shot ids, prompt
     assert memory["live"]["spec"] == "memory:demo-run/step-6" and cli["live"]["spec"].startswith("hf:")
     assert len(last.placement.stages) > 1  # several looks, so the comparison covers escalation
+    history = flasheval.read_run(tmp_path / "demo-run")  # one run folder holds both placements, by step
+    assert [(c.step, c.rank, c.interval) for c in history.checkpoints] == [
+        (step, placements[step].rank, placements[step].interval) for step in (3, 6)]
     # The two in-memory placements are different weights (training changed them), stored apart.
     assert placements[3].live.fingerprint != last.live.fingerprint
 
