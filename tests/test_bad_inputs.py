@@ -274,7 +274,7 @@ def test_write_reference_refuses_before_writing_a_folder(tmp_path):
 
 def test_replacing_a_record_says_so(tmp_path, monkeypatch, caplog, capsys):
     monkeypatch.chdir(tmp_path)
-    record = Path("runs") / "place-helm_lite-meta-llama-3-70b" / "place.json"
+    record = Path("runs") / "place-helm_lite-meta-llama-3-70b-e1f3e635" / "place.json"
     with caplog.at_level(logging.WARNING, logger="flasheval"):
         assert main(["place"]) == 0
         assert not [r for r in caplog.records if "replacing" in r.getMessage()]

@@ -23,7 +23,7 @@ from flasheval.cli._options import (
     step_printer,
 )
 from flasheval.placement.results import PlacementResult
-from flasheval.records import slug
+from flasheval.records import default_run_folder
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.ranking import AGGREGATES
 
@@ -47,7 +47,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-tokens", type=int, help="budget: tokens processed in total (> 0)")
     parser.add_argument("--max-flops", type=float, help="budget: estimated FLOPs (> 0)")
     parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate (> 0)")
-    parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/)")
+    parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/, with 8 hex digits "
+                        "of the exact names appended where a name has characters a folder name cannot keep)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a record in the output folder that another model or command wrote")
     add_live_options(parser)
     add_lmeval_live_options(parser)
     add_progress_options(parser)
@@ -81,11 +84,12 @@ def run(args: argparse.Namespace) -> int:
     budget = budget_from(args.max_examples, args.max_tokens, args.max_flops)
     model = resolve_model(args.model)
     reference = load_reference(args.reference, missing=args.missing)
-    output = Path(args.output or Path("runs") / f"place-{slug(reference.name)}-{slug(model.model_id)}")
+    output = args.output if args.output is not None else default_run_folder("place", reference.name,
+                                                                              model.model_id)
     outcome = place(model, reference, plan=args.tiers, budget=budget, seed=args.seed, aggregate=args.aggregate,
                     missing=args.missing, n_parameters=args.n_parameters, task_dir=args.task_dir,
                     include_path=args.include_path, num_fewshot=args.num_fewshot, engine=engine_from(args), output=output,
-                    progress=step_printer(args))
+                    progress=step_printer(args), force=args.force)
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_placed(outcome)
     return 0

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from flasheval.checks import check_name, check_output
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.lmeval.settings import LmEvalSettings
 from flasheval.reference.leaderboard import references_root
@@ -163,6 +164,8 @@ def import_reference(source_path: str | os.PathLike[str], *, source_format: str,
     import and the written reference read back once) plus one batch or one model's logs.
     """
     _check_options(source_format, suite, include_path)
+    check_name(name, what="reference name")
+    check_output(output_dir, field="--output-dir")
     out = references_root(output_dir) / name
     if (out / MANIFEST_FILE).exists() and not force:
         raise InputError("reference already exists (use --force to overwrite)", path=out)
