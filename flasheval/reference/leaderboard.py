@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -307,6 +308,34 @@ def pool(matrices: ScoreMatrices, name: str, missing: str, *, where: Path | None
     return n_pool, kept, excluded
 
 
+def _check_models(m: ScoreMatrices, manifest: ReferenceManifest, folder: Path) -> None:
+    """Refuse a manifest that names models the score table does not hold, or that misses some it holds.
+
+    ``dropped_models`` must list exactly the models with missing cells; a built reference's ``build.models``
+    exactly the models in the table.
+    """
+    where = folder / MANIFEST_FILE
+    in_data = set(m.model_ids)
+    if manifest.dropped_models is not None:
+        listed = {str(d["model"]) for d in manifest.dropped_models}
+        incomplete = set(m.model_ids[m.n_complete:])
+        for models, problem in ((listed - in_data, f"is not in {SCORES_FILE}, but the manifest's dropped_models lists it"),
+                                (listed & in_data - incomplete, f"has every score in {SCORES_FILE}, but the manifest's "
+                                                                "dropped_models lists it"),
+                                (incomplete - listed, f"lacks scores in {SCORES_FILE}, but the manifest's dropped_models "
+                                                      "does not list it")):
+            if models:
+                raise InputError(f"model {sorted(models)[0]!r} {problem} ({len(models)} such)", path=where,
+                                 field="dropped_models")
+    built = manifest.build.get("models") if isinstance(manifest.build, Mapping) else None
+    if isinstance(built, Mapping) and built:
+        for only, side in ((set(built) - in_data, "the manifest's build.models, not in " + SCORES_FILE),
+                           (in_data - set(built), SCORES_FILE + ", not in the manifest's build.models")):
+            if only:
+                raise InputError(f"model {sorted(only)[0]!r} is in {side} ({len(only)} such)", path=where,
+                                 field="build")
+
+
 def _assemble(matrices: ScoreMatrices, manifest: ReferenceManifest, folder: Path, missing: str) -> ReferenceLeaderboard:
     """The leaderboard of checked matrices (read from ``folder``) under the ``missing`` policy."""
     m = matrices
@@ -317,6 +346,7 @@ def _assemble(matrices: ScoreMatrices, manifest: ReferenceManifest, folder: Path
         if len(ids) != int(manifest.example_counts[dataset]):
             raise InputError(f"dataset {dataset!r} has {len(ids)} examples, manifest says "
                              f"{manifest.example_counts[dataset]}", path=folder / MANIFEST_FILE, field="example_counts")
+    _check_models(m, manifest, folder)
     n_pool, kept, excluded = pool(m, manifest.name, missing, where=folder)
     if missing == "complete-models":  # the leading rows, already in name order: views, no copy
         rows: slice | np.ndarray = slice(0, n_pool)
