@@ -221,11 +221,19 @@ def read_record(path: str | os.PathLike[str]) -> RunRecord:
     for key in ("kind", "payload"):
         if key not in data:
             raise InputError("missing field", path=p, field=key)
+    for key, ok, allowed in (("kind", isinstance(data["kind"], str) and data["kind"] != "", "a command's name"),
+                             ("payload", isinstance(data["payload"], dict), "an object"),
+                             ("argv", isinstance(data.get("argv", []), list)
+                              and all(isinstance(a, str) for a in data.get("argv", [])), "a list of strings"),
+                             ("flasheval_version", isinstance(data.get("flasheval_version", ""), str), "a string"),
+                             ("created_utc", isinstance(data.get("created_utc", ""), str), "a string")):
+        if not ok:
+            raise InputError(f"{str(repr(data.get(key)))[:60]} is not {allowed}", path=p, field=key)
     return RunRecord(
-        kind=str(data["kind"]),
+        kind=data["kind"],
         payload=data["payload"],
-        flasheval_version=str(data.get("flasheval_version", "")),
-        created_utc=str(data.get("created_utc", "")),
+        flasheval_version=data.get("flasheval_version", ""),
+        created_utc=data.get("created_utc", ""),
         argv=tuple(data.get("argv", ())),
         path=p,
     )

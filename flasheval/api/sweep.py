@@ -24,7 +24,7 @@ from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.engine.store_shards import SHARDS_DIR
 from flasheval.errors import InputError
-from flasheval.checks import check_count, check_output, check_seed
+from flasheval.checks import check_count, check_output, check_seed, name_list
 from flasheval.placement.live_scoring import LiveOptions, prepare_scoring
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget
@@ -137,7 +137,9 @@ def sweep(
     resolved = resolve_models(models)
     plan_ = resolve_plan(plan)
     n_params = None if n_parameters is None else int(n_parameters)
-    datasets = None if datasets is None else list(datasets)
+    datasets = None if datasets is None else list(name_list(datasets, field="--datasets", what="dataset"))
+    if low_rank is not None:
+        check_count(low_rank, field="--low-rank")
     report = Reporter(progress)
     if output is not None:
         check_replace(Path(output) / RECORD_FILE, kind="sweep", force=force)

@@ -237,7 +237,7 @@ def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-mod
 def _load(name: str | os.PathLike[str], *, missing: str, dtype: type) -> ReferenceLeaderboard:
     """:func:`load_reference` with scores of ``dtype`` (float32: the writer's read-back check, half the memory)."""
     if missing not in MISSING_POLICIES:
-        raise UnknownNameError("missing-data policy", missing, MISSING_POLICIES)
+        raise UnknownNameError("missing-data policy", missing, MISSING_POLICIES, field="--missing")
     folder = reference_folder(name)
     manifest = read_manifest(folder / MANIFEST_FILE)
     scores_path = folder / SCORES_FILE

@@ -170,4 +170,5 @@ def read_manifest(path: Path) -> ReferenceManifest:
     try:
         return ReferenceManifest(**data)
     except InputError as exc:
-        raise InputError(exc.reason, path=path, field=exc.field or "aggregate") from None
+        field = "aggregate" if exc.field in (None, "--aggregate") else exc.field
+        raise InputError(exc.reason, path=path, field=field) from None
