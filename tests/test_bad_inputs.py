@@ -271,6 +271,10 @@ CASES = [
     ("33-evaluate-max-length", lambda t: ["evaluate", "--model", _model_dir(t), "--heldout", __file__,
                                           "--max-length", "-5", "--output", str(t / "e")],
      r"field '--max-length': must be an integer >= 1, got -5$"),
+    ("33-empty-reference", lambda t: ["place", "--reference", ""],
+     r"^field '--reference': expected a reference name or folder, got ''$"),
+    ("33-empty-seed-list", lambda t: ["backtest", "--reference", _reference(t), "--seeds", ""],
+     r"^field '--seeds': bad seed list ''"),
     *[(f"33-empty-output-{cmd[0]}", lambda t, c=cmd: [*c, "--output", ""], r"field '--output': empty path")
       for cmd in (["place"], _SWEEP, [*_EVALUATE_REPLAY[:3], "--tasks", "helm_lite/gsm8k"], ["backtest"])],
 ]

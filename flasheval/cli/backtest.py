@@ -81,7 +81,7 @@ def format_seeds(summaries: tuple[SeedSummary, ...]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    seeds = parse_seeds(args.seeds) if args.seeds else (args.seed,)
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else (args.seed,)
     reference = load_reference(args.reference, missing=args.missing)
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     plan = load_tier_plan(args.tiers)

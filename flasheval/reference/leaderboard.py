@@ -208,6 +208,8 @@ def _search_roots() -> list[Path]:
 def reference_folder(name: str | os.PathLike[str]) -> Path:
     """Folder of a reference: a path, else ``NAME`` under the first of :func:`_search_roots` that has it
     (``$FLASHEVAL_REFERENCES``, ``./reference_rankings`` for an installed package, the embedded references)."""
+    if not isinstance(name, (str, os.PathLike)) or not os.fspath(name).strip():
+        raise InputError(f"expected a reference name or folder, got {name!r}", field="--reference")
     direct = Path(name)
     if direct.is_dir():
         return direct
@@ -216,7 +218,7 @@ def reference_folder(name: str | os.PathLike[str]) -> Path:
         if (root / str(name)).is_dir():
             return root / str(name)
     known = sorted({p.name for root in roots if root.is_dir() for p in root.iterdir() if (p / MANIFEST_FILE).is_file()})
-    raise UnknownNameError("reference", str(name), known)
+    raise UnknownNameError("reference", str(name), known, field="--reference")
 
 
 def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-models") -> ReferenceLeaderboard:
