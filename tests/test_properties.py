@@ -208,3 +208,19 @@ def test_a_malformed_calibration_entry_is_never_trusted():
         assert all(np.isfinite(fields[k]) for k in ("constant", "pocock", "lower_bound"))
 
     check()
+
+
+def test_a_record_with_a_malformed_payload_is_reported_in_one_line(tiny, tmp_path):
+    """``flasheval report`` over a place record whose payload has one field replaced, removed or added."""
+    run = flasheval.place("replay:m1", tiny / "refs" / "tiny", plan="flash_helm", output=tmp_path / "run")
+    record = json.loads(run.record_path.read_text())
+    folder = tmp_path / "edited"
+    folder.mkdir()
+
+    @settings(FAST, max_examples=8)  # each example renders a report with its figure
+    @given(payload=_mutations(record["payload"]))
+    def check(payload):
+        (folder / "place.json").write_text(json.dumps({**record, "payload": payload}))
+        _one_line_or_result(lambda: flasheval.render_report(folder))
+
+    check()
