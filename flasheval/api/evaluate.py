@@ -120,6 +120,8 @@ def evaluate(
     check_seed(seed)
     check_output(output)
     check_output(store, field="--store")
+    if model_id is not None and (not isinstance(model_id, str) or not model_id.strip()):
+        raise InputError(f"expected a non-empty name, got {model_id!r}", field="--model-id")
     if output is not None:
         target = resolved.model_id
         owner = model_id or (target.partition("/")[2] or target if isinstance(resolved, ReplayModel) else target)
