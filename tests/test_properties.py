@@ -75,7 +75,9 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def in_tmp(tiny, monkeypatch) -> Path:
+    """The working folder and the default references folder (``output_dir=None``) both in the temporary one."""
     monkeypatch.chdir(tiny)
+    monkeypatch.setenv("FLASHEVAL_REFERENCES", str(tiny / "default-references"))
     return tiny
 
 
