@@ -16,11 +16,15 @@ flasheval.errors.InputError: field '--dtype': unknown dtype 'bogus' (allowed: fl
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 
 from flasheval.errors import InputError
 
-__all__ = ["DTYPES", "LOAD_DTYPES", "check_dtype", "check_count", "check_seed", "check_n_examples", "name_list"]
+__all__ = ["DTYPES", "LOAD_DTYPES", "MAX_RESAMPLES", "check_dtype", "check_count", "check_seed", "check_n_examples",
+           "check_name", "check_output", "check_level", "check_positive", "check_n_resamples", "check_limit",
+           "name_list"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 """Concrete dtypes: what a reference can pin and what ``--compare-dtype`` accepts."""
@@ -53,6 +57,78 @@ def check_n_examples(value: object, *, field: str = "--n-examples") -> None:
     """Refuse an example count that is not an integer >= 1 (``None``, every example, passes)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise InputError(f"must be >= 1, got {value}", field=field)
+
+
+MAX_RESAMPLES = 100_000
+"""Most bootstrap resamples a tier plan or an option may ask for: the bootstrap holds an
+``n_resamples x n_models`` score array per look (8 bytes each), so 100,000 resamples of a
+1,000-model pool is 0.8 GB; beyond that memory, not precision, is what runs out (a percentile
+interval's Monte Carlo error at 10,000 resamples is already well below one rank)."""
+
+
+def check_name(value: object, *, field: str = "--name", what: str = "name") -> str:
+    """``value`` if it can name one folder: a non-empty string with no path separator, not ``.`` or ``..``,
+    no leading or trailing space and no control character (the one rule for every name that becomes a folder:
+    references built or imported, run names). Model ids (``org/model``) are not folder names: their folders
+    are made by :func:`flasheval.records.default_run_folder`.
+
+    >>> check_name("helm_lite")
+    'helm_lite'
+    >>> check_name("../x")
+    Traceback (most recent call last):
+    ...
+    flasheval.errors.InputError: field '--name': a name must be one folder name (no '/', '\\', '..', empty or spaces around it), got '../x'
+    """
+    if not isinstance(value, str) or not value.strip() or value != value.strip() or value in (".", "..") \
+            or "/" in value or "\\" in value or os.sep in value \
+            or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InputError(f"a {what} must be one folder name (no '/', '\\', '..', empty or spaces around it), "
+                         f"got {value!r}", field=field)
+    return value
+
+
+def check_output(value: object, *, field: str = "--output") -> None:
+    """Refuse an output path that is empty (``""`` would silently mean the working folder) or not a path
+    (``None``, no output, passes)."""
+    if value is None:
+        return
+    if not isinstance(value, (str, os.PathLike)):
+        raise InputError(f"expected a path, got {type(value).__name__}", field=field)
+    if not os.fspath(value).strip():
+        raise InputError("empty path; name a folder or file", field=field)
+
+
+def check_level(value: object, *, field: str = "--confidence-level") -> float:
+    """``value`` as a confidence level: a number strictly between 0 and 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise InputError(f"must be a number strictly between 0 and 1, got {value!r}", field=field)
+    return float(value)
+
+
+def check_positive(value: object, *, field: str) -> None:
+    """Refuse a number that is not finite and > 0 (``None`` passes): sizes, budgets, parameter counts."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not (math.isfinite(value) and value > 0)):
+        raise InputError(f"must be a positive number, got {value!r}", field=field)
+
+
+def check_n_resamples(value: object, *, field: str = "n_resamples", minimum: int = 100) -> int:
+    """``value`` as a bootstrap resample count: an integer in [``minimum``, :data:`MAX_RESAMPLES`]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_RESAMPLES:
+        raise InputError(f"must be an integer from {minimum} to {MAX_RESAMPLES} (the ceiling keeps the bootstrap's "
+                         f"memory sane), got {value!r}", field=field)
+    return value
+
+
+def check_limit(value: object, *, field: str = "--limit") -> None:
+    """Refuse an lm-eval ``limit`` that is not an integer >= 1 (examples per task) or a fraction in (0, 1]
+    (``None``, every example, passes)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
+            or (value > 1 and value != int(value)):
+        raise InputError(f"must be an integer >= 1 (examples per task) or a fraction in (0, 1], got {value!r}",
+                         field=field)
 
 
 def name_list(value: object, *, field: str, what: str = "", allow_empty: bool = False,

@@ -9,6 +9,7 @@ and refuses, in one line, a record from an incompatible version.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -25,7 +26,7 @@ from flasheval.version import __version__
 from flasheval.errors import InputError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "atomic_write_text", "slug",
-           "prepare_output"]
+           "prepare_output", "check_replace", "default_run_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -104,25 +105,34 @@ def write_record(path: str | os.PathLike[str], *, kind: str, payload: dict[str, 
 
 
 def prepare_output(folder: str | os.PathLike[str], *, record: str | None = None, field: str = "--output",
-                   note: bool = True) -> Path:
+                   note: bool = True, kind: str | None = None, model_id: str | None = None,
+                   force: bool = False) -> Path:
     """Create ``folder`` and check that it can be written, before a run spends anything on results.
 
     ``record``: the record file the run will write there; when one is already there the run
     replaces it, which is said in one line (a WARNING of this module's logger, shown by the
-    command line and by Python's last-resort handler to an API caller who configured none),
-    never refused: a live run's folder also holds the results store it resumes from. ``note``:
-    whether to say it (``False`` on the other processes of a launch).
+    command line and by Python's last-resort handler to an API caller who configured none): a
+    live run's folder also holds the results store it resumes from. ``note``: whether to say it
+    (``False`` on the other processes of a launch). ``kind`` and ``model_id``: what the run will
+    write; a record there of another command (``kind``), of another model (``model_id``), or a
+    file that is no run record, is refused unless ``force`` (another model's record is never
+    lost to a default folder or a typo).
 
     Raises
     ------
     InputError
-        The folder cannot be created or written (a read-only place, a path under a regular file).
+        The folder cannot be created or written (a read-only place, a path under a regular file),
+        or it holds a record of another command or model (without ``force``).
     """
     out = Path(folder)
+    if not str(folder).strip():
+        raise InputError("empty path; name a folder", field=field)
     blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise InputError(f"{'is' if blocker == out else f'{blocker} is'} a file, not a folder; choose another "
                          "folder", path=out, field=field)
+    if record is not None and kind is not None:
+        check_replace(out / record, kind=kind, model_id=model_id, force=force, field=field)
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=out, prefix=".flasheval-write-check-")
@@ -134,6 +144,49 @@ def prepare_output(folder: str | os.PathLike[str], *, record: str | None = None,
     if record is not None and note and (out / record).is_file():
         logger.warning("note: replacing the earlier record %s (written %s)", out / record, _written(out / record))
     return out
+
+
+def check_replace(path: str | os.PathLike[str], *, kind: str, model_id: str | None = None, force: bool = False,
+                  field: str = "--output") -> None:
+    """Refuse to replace the file at ``path`` unless it is a ``kind`` record of ``model_id`` (any model when
+    ``None``), or ``force``; nothing there passes. One line naming the folder, ``field`` and the record's owner."""
+    path = Path(path)
+    if force or not path.is_file():
+        return
+    fix = f"choose another {field}, or --force (force=True) to replace it"
+    try:
+        found = read_record(path)
+    except InputError as exc:
+        raise InputError(f"holds {path.name}, not a run record this flasheval reads ({exc.reason}); {fix}",
+                         path=path.parent, field=field) from None
+    if found.kind != kind:
+        raise InputError(f"holds a {found.kind!r} record ({path.name}), not a {kind!r} one; {fix}",
+                         path=path.parent, field=field)
+    other = found.payload.get("model_id") if isinstance(found.payload, dict) else None
+    if model_id is not None and other is not None and other != model_id:
+        raise InputError(f"holds the {kind} record of model {other!r}, not {model_id!r}; {fix}",
+                         path=path.parent, field=field)
+
+
+def default_run_folder(kind: str, *names: str) -> Path:
+    """``runs/<kind>-<name>-...``: a command's default output, one per model and reference.
+
+    Each name is made a path component by :func:`slug`; where that changes a name (``org/m``,
+    ``org m`` and ``org-m`` all slug to ``org-m``), 8 hex digits of the SHA-256 of the exact names
+    are appended, so two models never share a default folder.
+
+    Examples
+    --------
+    >>> default_run_folder("place", "helm_lite", "org-m").as_posix()
+    'runs/place-helm_lite-org-m'
+    >>> default_run_folder("place", "helm_lite", "org/m") != default_run_folder("place", "helm_lite", "org m")
+    True
+    """
+    slugs = [slug(n) for n in names]
+    stem = "-".join([kind, *slugs])
+    if slugs != list(names):
+        stem += "-" + hashlib.sha256("\0".join(names).encode("utf-8")).hexdigest()[:8]
+    return Path("runs") / stem
 
 
 def _written(path: Path) -> str:
@@ -168,11 +221,19 @@ def read_record(path: str | os.PathLike[str]) -> RunRecord:
     for key in ("kind", "payload"):
         if key not in data:
             raise InputError("missing field", path=p, field=key)
+    for key, ok, allowed in (("kind", isinstance(data["kind"], str) and data["kind"] != "", "a command's name"),
+                             ("payload", isinstance(data["payload"], dict), "an object"),
+                             ("argv", isinstance(data.get("argv", []), list)
+                              and all(isinstance(a, str) for a in data.get("argv", [])), "a list of strings"),
+                             ("flasheval_version", isinstance(data.get("flasheval_version", ""), str), "a string"),
+                             ("created_utc", isinstance(data.get("created_utc", ""), str), "a string")):
+        if not ok:
+            raise InputError(f"{str(repr(data.get(key)))[:60]} is not {allowed}", path=p, field=key)
     return RunRecord(
-        kind=str(data["kind"]),
+        kind=data["kind"],
         payload=data["payload"],
-        flasheval_version=str(data.get("flasheval_version", "")),
-        created_utc=str(data.get("created_utc", "")),
+        flasheval_version=data.get("flasheval_version", ""),
+        created_utc=data.get("created_utc", ""),
         argv=tuple(data.get("argv", ())),
         path=p,
     )

@@ -114,6 +114,38 @@ def _two_suites(tmp_path: Path) -> str:
     return _parquet(tmp_path, "two_suites.parquet", pd.concat([first, second], ignore_index=True))
 
 
+def _edited_manifest(tmp_path: Path, **changes) -> str:
+    """A written reference whose manifest then gets ``changes`` by hand (``None``: the key removed)."""
+    out = Path(_reference(tmp_path))
+    manifest = json.loads((out / "manifest.json").read_text())
+    for key, value in changes.items():
+        manifest[key] = value
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return str(out)
+
+
+def _digest_int(tmp_path: Path) -> str:
+    out = Path(_reference(tmp_path))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["files"] = {name: 12345 for name in manifest["files"]}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return str(out)
+
+
+def _plan_with(tmp_path: Path, **changes) -> str:
+    import yaml
+    from flasheval.placement.tiers import resolve_tier_plan
+
+    plan = {**yaml.safe_load(resolve_tier_plan("default").read_text()), **changes}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    return str(tmp_path / "plan.yaml")
+
+
+def _binary(tmp_path: Path) -> str:
+    (tmp_path / "models.bin").write_bytes(bytes(range(128, 256)) * 4)
+    return str(tmp_path / "models.bin")
+
+
 _REPLAY_LIVE_OPTIONS = [("--dtype", "float32"), ("--device", "cpu"), ("--task-dir", "."), ("--batch-size", "4"),
                         ("--include-path", "."), ("--num-fewshot", "1"), ("--device-map", "auto")]
 _SWEEP = ["sweep", "--models", "replay:meta/llama-3-70b", "--budget-examples", "500"]
@@ -204,6 +236,52 @@ CASES = [
      r"org__big/samples_piqa_[^:]+\.jsonl:3: not valid JSON \(.*\); the file looks cut short$"),
     ("13-last-line-without-doc-id", lambda t: _import(_samples(t, cut={"org__big": lambda s: s + '{"acc": 1.0}\n'})),
      r"org__big/samples_piqa_[^:]+\.jsonl:4: field 'doc_id': missing key$"),
+    # issue 33: every input checked where it enters
+    *[(f"33-manifest-{key}", lambda t, k=key, v=value: ["reference", "show", _edited_manifest(t, **{k: v})],
+       rf"mine/manifest\.json: field '{key}': {re.escape(repr(value))} is not ")
+      for key, value in (("files", ["scores.parquet"]), ("example_counts", "lots"), ("name", 42),
+                         ("random_baselines", "x"), ("source", ["a"]), ("build", "built"))],
+    ("33-manifest-digest-int", lambda t: ["reference", "show", _digest_int(t)],
+     r"mine/manifest\.json: field 'files': \{'scores\.parquet': 12345\} is not an object of file name -> sha256"),
+    ("33-manifest-dropped-model-not-in-scores", lambda t: [
+        "place", "--model", "replay:m1", "--reference",
+        _edited_manifest(t, dropped_models=[{"model": "ghost", "missing": 3, "first_missing": "a/0"}])],
+     r"mine/manifest\.json: field 'dropped_models': model 'ghost' is not in scores\.parquet, but the manifest's "
+     r"dropped_models lists it \(1 such\)$"),
+    *[(f"33-import-name-{label}", lambda t, n=name: [*_import(_parquet(t, "ok.parquet", _long()))[:5], "--name", n,
+                                                      "--output-dir", str(t / "refs")],
+       rf"field '--name': a reference name must be one folder name .*got {re.escape(repr(name))}$")
+      for label, name in (("parent", "../escaped"), ("absolute", "/tmp/escaped"), ("empty", ""), ("dot", "."))],
+    ("33-seeds-unbounded", lambda t: ["backtest", "--reference", _reference(t), "--seeds", "0-99999999"],
+     r"field '--seeds': 100000000 seeds in '0-99999999': at most 10000 \(each seed is a whole backtest\)$"),
+    ("33-seeds-twice", lambda t: ["backtest", "--reference", _reference(t), "--seeds", "0-4,3"],
+     r"field '--seeds': seed 3 listed twice in '0-4,3'$"),
+    ("33-n-resamples-validate", lambda t: ["tiers", "validate", _plan_with(t, n_resamples=10**9)],
+     r"plan\.yaml: field 'n_resamples': must be an integer from 100 to 100000 \(the ceiling keeps the bootstrap's "
+     r"memory sane\), got 1000000000$"),
+    ("33-n-resamples-place", lambda t: ["place", "--tiers", _plan_with(t, n_resamples=10**9)],
+     r"plan\.yaml: field 'n_resamples': must be an integer from 100 to 100000"),
+    ("33-models-from-binary", lambda t: ["sweep", "--models-from", _binary(t), "--budget-examples", "500",
+                                         "--output", str(t / "s")],
+     r"models\.bin: field '--models-from': not a text file of model specs \(byte 0: not UTF-8\)$"),
+    *[(f"33-lm-eval-limit{limit}", lambda t, v=limit: ["lm-eval", "--model", _model_dir(t), "--tasks", "piqa",
+                                                        f"--limit={v}"],
+       r"field '--limit': must be an integer >= 1 \(examples per task\) or a fraction in \(0, 1\]")
+      for limit in ("-1", "0", "2.5")],
+    ("33-evaluate-max-length", lambda t: ["evaluate", "--model", _model_dir(t), "--heldout", __file__,
+                                          "--max-length", "-5", "--output", str(t / "e")],
+     r"field '--max-length': must be an integer >= 1, got -5$"),
+    ("33-empty-model-name", lambda t: ["place", "--model", "=" + _model_dir(t)],
+     r"^field '--model': '=hf:.*': the NAME before '=' is empty or has spaces around it"),
+    ("33-empty-model-id", lambda t: [*_EVALUATE_REPLAY[:3], "--tasks", "helm_lite/gsm8k", "--model-id", "",
+                                     "--output", str(t / "e")],
+     r"^field '--model-id': expected a non-empty name, got ''$"),
+    ("33-empty-reference", lambda t: ["place", "--reference", ""],
+     r"^field '--reference': expected a reference name or folder, got ''$"),
+    ("33-empty-seed-list", lambda t: ["backtest", "--reference", _reference(t), "--seeds", ""],
+     r"^field '--seeds': bad seed list ''"),
+    *[(f"33-empty-output-{cmd[0]}", lambda t, c=cmd: [*c, "--output", ""], r"field '--output': empty path")
+      for cmd in (["place"], _SWEEP, [*_EVALUATE_REPLAY[:3], "--tasks", "helm_lite/gsm8k"], ["backtest"])],
 ]
 
 
@@ -274,7 +352,7 @@ def test_write_reference_refuses_before_writing_a_folder(tmp_path):
 
 def test_replacing_a_record_says_so(tmp_path, monkeypatch, caplog, capsys):
     monkeypatch.chdir(tmp_path)
-    record = Path("runs") / "place-helm_lite-meta-llama-3-70b" / "place.json"
+    record = Path("runs") / "place-helm_lite-meta-llama-3-70b-e1f3e635" / "place.json"
     with caplog.at_level(logging.WARNING, logger="flasheval"):
         assert main(["place"]) == 0
         assert not [r for r in caplog.records if "replacing" in r.getMessage()]
@@ -381,3 +459,65 @@ def test_a_malformed_command_line_gets_one_line_and_exit_code_2(argv, pattern, c
     assert info.value.code == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and re.search(pattern, lines[0]), lines
+
+
+def test_default_run_folders_are_unique_per_model_and_another_models_record_is_kept(tmp_path, monkeypatch, capsys):
+    """issue 33: ``org/m``, ``org-m`` and ``org m`` all slug to ``org-m``: each gets its own default folder, and a
+    run that would replace another model's (or another command's) record is refused without --force."""
+    monkeypatch.chdir(tmp_path)
+    frame = _long(n_models=5)
+    frame["model"] = frame["model"].map({"m0": "org/m", "m1": "org-m", "m2": "org m", "m3": "x", "m4": "y"})
+    write_reference(tmp_path / "ref", frame, name="ref", source="test", licence="none", metric="per-example 0/1")
+    models = ("org/m", "org-m", "org m")
+    for model in models:
+        assert main(["place", "-q", "--reference", "ref", "--model", f"replay:{model}"]) == 0
+    records = sorted(Path("runs").glob("place-*/place.json"))
+    assert len(records) == 3, records
+    assert sorted(json.loads(r.read_text())["payload"]["model_id"] for r in records) == sorted(models)
+    assert Path("runs/place-ref-org-m/place.json") in records  # a name slug keeps as it is stays readable
+    capsys.readouterr()
+    taken = next(r.parent for r in records if json.loads(r.read_text())["payload"]["model_id"] == "org/m")
+    assert main(["place", "-q", "--reference", "ref", "--model", "replay:org m", "--output", str(taken)]) == 1
+    _one_error_line(capsys.readouterr().err, rf"{re.escape(str(taken))}: field '--output': holds the place record of "
+                                             r"model 'org/m', not 'org m'; choose another --output, or --force")
+    assert json.loads((taken / "place.json").read_text())["payload"]["model_id"] == "org/m"
+    assert main(["evaluate", "--model", "replay:helm_lite/meta/llama-3-70b", "--tasks", "helm_lite/gsm8k",
+                 "--n-examples", "5", "--output", "e"]) == 0
+    Path("e/summary.json").rename("e/place.json")  # another command's record where a placement would go
+    assert main(["place", "-q", "--reference", "ref", "--model", "replay:x", "--output", "e"]) == 1
+    _one_error_line(capsys.readouterr().err, r"^e: field '--output': holds a 'evaluate' record \(place\.json\), "
+                                             r"not a 'place' one")
+    assert main(["place", "-q", "--reference", "ref", "--model", "replay:org m", "--output", str(taken),
+                 "--force"]) == 0
+    assert json.loads((taken / "place.json").read_text())["payload"]["model_id"] == "org m"
+
+
+@pytest.mark.parametrize("entry", [[1, 2], "constant-0.5", "constant-nan", "constant-string", "no-pocock"])
+def test_a_bad_calibration_cache_entry_is_recomputed_with_a_warning(entry, tmp_path, monkeypatch, caplog, capsys):
+    """issue 33: an entry of the wrong shape, or with a constant outside [lower_bound, pocock], is never trusted."""
+    from collections import OrderedDict
+
+    from flasheval.placement import calibration
+
+    monkeypatch.setenv("FLASHEVAL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(calibration, "_MEMO", OrderedDict())
+    ref = _reference(tmp_path)
+    assert main(["place", "-q", "--reference", ref, "--model", "replay:m1", "--output", str(tmp_path / "p")]) == 0
+    (path,) = (tmp_path / "cache").rglob("*.json")
+    good = json.loads(path.read_text())
+    expected = json.loads((tmp_path / "p" / "place.json").read_text())["payload"]["interval"]
+    bad = entry if isinstance(entry, list) else dict(good)
+    if isinstance(entry, str):
+        change = {"constant-0.5": ("constant", 0.5), "constant-nan": ("constant", float("nan")),
+                  "constant-string": ("constant", "2.6"), "no-pocock": ("pocock", None)}[entry]
+        bad[change[0]] = change[1]
+        if change[1] is None:
+            del bad[change[0]]
+    path.write_text(json.dumps(bad))
+    monkeypatch.setattr(calibration, "_MEMO", OrderedDict())
+    with caplog.at_level(logging.WARNING, logger="flasheval"):
+        assert main(["place", "-q", "--reference", ref, "--model", "replay:m1", "--output", str(tmp_path / "p")]) == 0
+    warnings = [r.getMessage() for r in caplog.records if "cached calibration" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{path}: unusable cached calibration ("), warnings
+    assert json.loads((tmp_path / "p" / "place.json").read_text())["payload"]["interval"] == expected
+    assert json.loads(path.read_text()) == good  # recomputed and rewritten

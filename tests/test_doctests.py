@@ -21,7 +21,7 @@ import flasheval
 
 EXAMPLES: dict[str, int] = {
     "flasheval.api.options": 2,
-    "flasheval.checks": 3,
+    "flasheval.checks": 5,
     "flasheval.data_paths": 1,
     "flasheval.engine.backoff": 1,
     "flasheval.engine.base": 5,
@@ -49,6 +49,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.placement.backtest": 6,
     "flasheval.placement.checkpoint_scan": 1,
     "flasheval.placement.calibration": 13,
+    "flasheval.placement.calibration_cache": 2,
     "flasheval.placement.dior": 2,
     "flasheval.placement.fluid": 2,
     "flasheval.placement.results": 2,
@@ -58,7 +59,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.placement.sweep_store": 1,
     "flasheval.placement.tiers": 8,
     "flasheval.placement.run_coverage": 2,
-    "flasheval.records": 1,
+    "flasheval.records": 3,
     "flasheval.report.figures": 1,
     "flasheval.report.html": 2,
     "flasheval.report.markdown": 2,

@@ -18,10 +18,10 @@ from typing import Any
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.api.resolve import resolve_plan, resolve_reference
 from flasheval.errors import InputError
-from flasheval.placement.backtest import (METHODS, BacktestResult, BacktestRow, SeedSummary, held_out_models,
+from flasheval.placement.backtest import (MAX_SEEDS, METHODS, BacktestResult, BacktestRow, SeedSummary, held_out_models,
                                           summarize_seeds)
 from flasheval.placement.backtest import backtest as run_backtest
-from flasheval.checks import check_seed
+from flasheval.checks import check_output, check_seed
 from flasheval.records import prepare_output, write_record
 
 __all__ = ["BacktestRun", "backtest"]
@@ -76,6 +76,7 @@ def backtest(
     output: str | Path | None = None,
     progress: ProgressCallback | None = None,
     held_out: int | None = None,
+    force: bool = False,
 ) -> BacktestRun:
     """Placement of every model of ``reference`` against the others (or of ``held_out`` of them) under ``methods``.
 
@@ -104,13 +105,20 @@ def backtest(
         (:func:`~flasheval.placement.backtest.held_out_models`, drawn per seed) leave the pool together and
         are each placed against the rest: one pool, one calibration, K placements, for pools of
         thousands; shares come with their standard errors from K.
+    force
+        Replace an ``output`` file that is not a backtest record (refused without it).
     """
+    check_output(output)
     if isinstance(seeds, (int, str)) or not isinstance(seeds, Sequence) or not seeds:
         raise InputError(f"give a non-empty list of seeds, got {seeds!r}", field="--seeds")
     for seed in seeds:
         if seed is None:
             raise InputError("must be an integer >= 0, got None", field="--seed")
         check_seed(seed)
+    if len(seeds) > MAX_SEEDS:
+        raise InputError(f"{len(seeds)} seeds: at most {MAX_SEEDS} (each seed is a whole backtest)", field="--seeds")
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"a seed listed twice in {list(seeds)[:20]!r}", field="--seeds")
     if isinstance(methods, str) or not methods:
         raise InputError(f"give a non-empty list of methods, got {methods!r}", field="--methods")
     report = Reporter(progress)
@@ -123,7 +131,7 @@ def backtest(
         if Path(output).is_dir():
             raise InputError("is a folder; give the record's file name (e.g. backtest.json)", path=output,
                              field="--output")
-        prepare_output(Path(output).parent, record=Path(output).name)
+        prepare_output(Path(output).parent, record=Path(output).name, kind="backtest", force=force)
     results, seconds, looks = [], [], {}  # each pool's looks, computed at the first seed and reused
     design = (f"{ref.n_models} models held out in turn" if held_out is None else
               f"{held_out} models spread over the ranking held out together, each placed against the other "

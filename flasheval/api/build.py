@@ -19,7 +19,7 @@ from typing import Any
 
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter
-from flasheval.checks import check_dtype, check_n_examples, check_seed
+from flasheval.checks import check_dtype, check_n_examples, check_name, check_output, check_seed
 from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
@@ -151,8 +151,9 @@ def build_reference(
     engine.refuse("evaluate and lm_eval only (a reference's models are scored as it records)", "max_length")
     device, batch_size, placement = engine.device, engine.batch_size or 32, engine.placement
     check_seed(seed)
-    if not isinstance(name, str) or not name.strip() or "/" in name:
-        raise InputError(f"must be a folder name, got {name!r}", field="--name")
+    check_name(name, what="reference name")
+    check_output(output_root, field="--output-root")
+    check_output(work_dir, field="--work-dir")
     named = _models(models)
     out = references_root(None if output_root is None else str(output_root)) / name
     if (out / MANIFEST_FILE).exists() and not force:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.resolve import resolve_reference
-from flasheval.checks import check_seed, name_list
+from flasheval.checks import check_output, check_seed, name_list
 from flasheval.errors import InputError
 from flasheval.placement.dior import DEFAULT_SIZES, DiorReport, run_dior
-from flasheval.records import write_record
+from flasheval.records import prepare_output, write_record
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.dior import DECISIONS
 
@@ -90,7 +90,10 @@ def dior(
             or not (math.isfinite(confidence_level) and 0.5 <= confidence_level < 1):
         raise InputError(f"must be in [0.5, 1), got {confidence_level}", field="--confidence-level")
     check_seed(seed)
+    check_output(output)
     ref = resolve_reference(reference, missing=missing)
+    if output is not None:  # before the statistics run: an unwritable folder is refused now
+        prepare_output(output, record=DIOR_FILE)
     report = run_dior(ref, decisions=chosen, sizes=sizes, dataset_counts=dataset_counts, aggregate_kind=aggregate,
                       n_instantiations=n_instantiations, confidence_level=confidence_level, seed=seed)
     if output is None:

@@ -17,7 +17,7 @@ from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter, watch_load
 from flasheval.api.resolve import REPLAY, refuse_live_options
-from flasheval.checks import check_n_examples, check_seed, name_list
+from flasheval.checks import check_n_examples, check_output, check_seed, name_list
 from flasheval.engine.in_memory import LoadedModel
 from flasheval.engine.specs import NamedModel, check_model_files
 from flasheval.errors import InputError
@@ -28,7 +28,7 @@ from flasheval.evaluation.selection import TaskPlan, plan_tasks, select_examples
 from flasheval.evaluation.workflow import (SUMMARY_FILE, EvaluationJob, EvaluationRun, EvaluationSummary, TaskScore,
                                            run_evaluation)
 from flasheval.placement.replay import replay_records
-from flasheval.records import prepare_output, write_record
+from flasheval.records import check_replace, prepare_output, write_record
 
 __all__ = ["EvaluationRun", "EvaluationSummary", "TaskScore", "evaluate", "SUMMARY_FILE"]
 
@@ -57,6 +57,7 @@ def evaluate(
     progress: ProgressCallback | None = None,
     progress_bar: bool | None = None,
     compare_dtype: str | None = None,
+    force: bool = False,
 ) -> EvaluationRun:
     """Score ``tasks`` and whole ``suites`` (and held-out text) with ``model``.
 
@@ -106,6 +107,9 @@ def evaluate(
         |delta log-likelihood| (:mod:`flasheval.evaluation.dtype_comparison`). ``hf:`` / ``gguf:`` models only, in
         another dtype than the run's.
 
+    force
+        Replace a ``summary.json`` in ``output`` that another model or command wrote (refused without it).
+
     A spec's weights load only when a request is missing from the store: a rerun the store answers
     entirely loads nothing (``load_seconds`` 0, no rates). Rates (``examples_per_second``,
     ``tokens_per_second``, ``flops_per_second``) count only what was computed and the time it took.
@@ -115,6 +119,14 @@ def evaluate(
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity, check_files=False)
     check_n_examples(n_examples)
     check_seed(seed)
+    check_output(output)
+    check_output(store, field="--store")
+    if model_id is not None and (not isinstance(model_id, str) or not model_id.strip()):
+        raise InputError(f"expected a non-empty name, got {model_id!r}", field="--model-id")
+    if output is not None:
+        target = resolved.model_id
+        owner = model_id or (target.partition("/")[2] or target if isinstance(resolved, ReplayModel) else target)
+        check_replace(Path(output) / SUMMARY_FILE, kind="evaluate", model_id=owner, force=force)
     task_names = name_list(tasks, field="--tasks", what="task", allow_empty=tasks is None)
     suite_list = name_list(suites, field="--suite", what="suite", allow_empty=True, unique=False)
     dtype = engine.dtype or "auto"

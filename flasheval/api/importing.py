@@ -50,8 +50,9 @@ def import_reference(
     if isinstance(random_baselines, (str, Path)):
         try:
             random_baselines = json.loads(Path(random_baselines).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"cannot read random baselines ({exc})", path=random_baselines) from None
+        except (OSError, ValueError) as exc:  # unreadable, not JSON, not UTF-8 text
+            raise InputError(f"cannot read random baselines ({exc})", path=random_baselines,
+                             field="--random-baselines") from None
     return import_into_folder(source_path, source_format=format, name=name, output_dir=output_dir, suite=suite,
                               metric=metric, source=source, licence=licence, metric_description=metric_description,
                               higher_is_better=higher_is_better, aggregate=aggregate,

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.options import EngineOptions, engine_options
-from flasheval.checks import check_dtype, LOAD_DTYPES, name_list
+from flasheval.checks import LOAD_DTYPES, check_dtype, check_limit, check_output, check_seed, name_list
 from flasheval.engine import check_model_files, parse_named_models
 from flasheval.errors import InputError
-from flasheval.records import slug
+from flasheval.records import default_run_folder
 
 __all__ = ["LmEvalRun", "lm_eval"]
 
@@ -71,6 +71,11 @@ def lm_eval(
     """
     from flasheval.lmeval import require_lm_eval
 
+    check_limit(limit)
+    check_seed(fewshot_seed, field="--fewshot_seed")
+    check_seed(num_fewshot, field="--num_fewshot")  # a count >= 0, as a seed is
+    check_output(output_path, field="--output_path")
+    check_output(store, field="--store")
     require_lm_eval()
     engine = engine_options(engine)
     if log_samples and not output_path:
@@ -88,7 +93,7 @@ def lm_eval(
 
     manager = make_task_manager(None if include_path is None else str(include_path))
     folder = Path(store or (Path(output_path) / "store" if output_path else
-                            Path("runs") / f"lm-eval-{slug(named.model_id)}" / "store"))
+                            default_run_folder("lm-eval", named.model_id) / "store"))
     start = time.perf_counter()
     opened = open_lmeval_model(named, folder, dtype=dtype, device=engine.device or "auto",
                                batch_size=engine.batch_size or 32, max_length=engine.max_length,

@@ -34,7 +34,7 @@ from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.placement.backtest import full_data_ranks
 from flasheval.placement.controller import place as run_placement
 from flasheval.placement.controller import plan_looks
-from flasheval.checks import check_seed
+from flasheval.checks import check_output, check_seed
 from flasheval.placement.live_scoring import prepare_scoring
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget, PlacementResult, StageRecord, Timing
@@ -151,6 +151,7 @@ def place(
     output: str | Path | None = None,
     store: str | Path | None = None,
     progress: ProgressCallback | None = None,
+    force: bool = False,
 ) -> PlaceRun:
     """Place ``model`` on ``reference`` by escalating nested subsamples; stop when its tier's resolution is met.
 
@@ -204,6 +205,9 @@ def place(
     progress
         Called with a :class:`~flasheval.api.progress.Progress` when the model is ready, when its weights load
         (live: only when a request is not in the store), and as every stage finishes.
+    force
+        Replace a record in ``output`` that another model or command wrote (refused without it; a record of
+        this same model is replaced with a note).
 
     Returns
     -------
@@ -212,6 +216,7 @@ def place(
     wall_start = time.perf_counter()
     report = Reporter(progress)
     check_n_parameters(n_parameters)
+    check_output(output)
     budget = resolve_budget(budget)
     engine = engine_options(engine)
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity)
@@ -220,7 +225,7 @@ def place(
                             include_path=include_path, num_fewshot=num_fewshot, store=store)
         engine.refuse(REPLAY, *engine.given())
         return _place_replay(resolved, reference, plan=plan, budget=budget, seed=seed, aggregate=aggregate,
-                             missing=missing, n_parameters=n_parameters, output=output, report=report)
+                             missing=missing, n_parameters=n_parameters, output=output, report=report, force=force)
     options = live_options(seed=seed, task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot,
                            engine=engine)
     options.check_model(resolved)
@@ -234,7 +239,8 @@ def place(
         pool = pool.without(resolved.model_id)
     check_budget(budget, pool, plan_, aggregate=aggregate)
     if output is not None:  # before the model loads: an unwritable folder is refused now, not after the run
-        prepare_output(output, record=RECORD_FILE, note=report.is_main)
+        prepare_output(output, record=RECORD_FILE, note=report.is_main, kind="place", model_id=resolved.model_id,
+                       force=force)
     start = time.perf_counter()
     with ExitStack() as stack:
         transient = ((output is None and store is None)
@@ -270,7 +276,7 @@ def place(
 
 def _place_replay(model: ReplayModel, reference: Any, *, plan: Any, budget: Budget, seed: int | None,
                   aggregate: str | None, missing: str, n_parameters: int | None, output: str | Path | None,
-                  report: Reporter) -> PlaceRun:
+                  report: Reporter, force: bool = False) -> PlaceRun:
     check_seed(seed)
     ref = resolve_reference(reference, missing=missing)
     plan_ = resolve_plan(plan)
@@ -281,7 +287,7 @@ def _place_replay(model: ReplayModel, reference: Any, *, plan: Any, budget: Budg
         tokens = _first_tokens(pool, scorer, plan_, aggregate, seed or 0)
     check_budget(budget, pool, plan_, aggregate=aggregate, replay=True, n_parameters=n_parameters, first_tokens=tokens)
     if output is not None:
-        prepare_output(output, record=RECORD_FILE)
+        prepare_output(output, record=RECORD_FILE, kind="place", model_id=model.model_id, force=force)
     report("start", f"placing {model.model_id} (replay, held out) on {ref.name} with plan {plan_.name}:")
     result = run_placement(pool, scorer, plan_, model_id=model.model_id, seed=seed or 0,
                            budget=budget, aggregate=aggregate, on_stage=_stage_reporter(report))

@@ -7,11 +7,11 @@ refuse the same values the same way.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from flasheval.api.options import EngineOptions
+from flasheval.checks import check_positive
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import LiveOptions
 from flasheval.placement.looks import first_look
@@ -56,9 +56,7 @@ def resolve_budget(budget: Any) -> Budget:
 
 def check_n_parameters(value: Any) -> None:
     """Refuse a parameter count that is not a positive finite number (``None`` passes)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                              or not (math.isfinite(value) and value > 0)):
-        raise InputError(f"must be a positive number, got {value!r}", field="--n-parameters")
+    check_positive(value, field="--n-parameters")
 
 
 

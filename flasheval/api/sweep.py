@@ -24,7 +24,7 @@ from flasheval.engine.distributed import launch_state, shutdown
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.engine.store_shards import SHARDS_DIR
 from flasheval.errors import InputError
-from flasheval.checks import check_count, check_seed
+from flasheval.checks import check_count, check_output, check_seed, name_list
 from flasheval.placement.live_scoring import LiveOptions, prepare_scoring
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.results import Budget
@@ -34,7 +34,7 @@ from flasheval.placement.sweep_models import CheckpointPool
 from flasheval.placement.sweep_folder import RECORD_FILE, STORE_FORMAT, RunFolder, open_run_folder
 from flasheval.placement.sweep_pool import check_token_budget, hold_out, restrict, spread_models
 from flasheval.placement.sweep_record import build_payload, separate_placements, truth_ranks
-from flasheval.records import prepare_output, write_record
+from flasheval.records import check_replace, prepare_output, write_record
 
 __all__ = ["SweepRun", "sweep", "spread_checkpoints"]
 
@@ -91,6 +91,7 @@ def sweep(
     max_loaded: int | None = None,
     output: str | Path | None = None,
     progress: ProgressCallback | None = None,
+    force: bool = False,
 ) -> SweepRun:
     """Place every checkpoint of ``models`` on ``reference`` within one total ``budget``.
 
@@ -123,18 +124,25 @@ def sweep(
         temporary folder for this call and no record.
     progress
         Called with a :class:`~flasheval.api.progress.Progress` when the sweep starts and after every round.
+    force
+        Replace a ``sweep.json`` in ``output`` that is not a sweep record (refused without it).
     """
     engine = engine_options(engine)
     check_n_parameters(n_parameters)
     check_seed(seed)
+    check_output(output)
     if max_loaded is not None:
         check_count(max_loaded, field="--max-loaded")
     budget = _budget(budget, n_parameters)
     resolved = resolve_models(models)
     plan_ = resolve_plan(plan)
     n_params = None if n_parameters is None else int(n_parameters)
-    datasets = None if datasets is None else list(datasets)
+    datasets = None if datasets is None else list(name_list(datasets, field="--datasets", what="dataset"))
+    if low_rank is not None:
+        check_count(low_rank, field="--low-rank")
     report = Reporter(progress)
+    if output is not None:
+        check_replace(Path(output) / RECORD_FILE, kind="sweep", force=force)
     with ExitStack() as stack:
         folder = Path(output) if output is not None else Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-sweep-")))

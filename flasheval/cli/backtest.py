@@ -8,6 +8,7 @@ from pathlib import Path
 from flasheval.api.backtest import backtest
 from flasheval.api.progress import Progress
 from flasheval.cli._options import add_progress_options, step_printer
+from flasheval.records import default_run_folder
 from flasheval.placement.backtest import ALL_METHODS, METHODS, BacktestResult, SeedSummary, parse_seeds
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.reference import MISSING_POLICIES, load_reference
@@ -33,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "rest, instead of every model in turn (large pools; shares with standard errors from K)")
     parser.add_argument("--per-model", action="store_true", help="also print one line per model")
     parser.add_argument("--output", help="record file (default: runs/backtest-<reference>.json)")
+    parser.add_argument("--force", action="store_true", help="replace an --output file that is not a backtest record")
     add_progress_options(parser)
     parser.set_defaults(func=run)
 
@@ -79,7 +81,7 @@ def format_seeds(summaries: tuple[SeedSummary, ...]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    seeds = parse_seeds(args.seeds) if args.seeds else (args.seed,)
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else (args.seed,)
     reference = load_reference(args.reference, missing=args.missing)
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     plan = load_tier_plan(args.tiers)
@@ -101,9 +103,10 @@ def run(args: argparse.Namespace) -> int:
               f"{step.seconds:.0f} s")
         print(format_table(result), flush=True)
 
-    out = Path(args.output or Path("runs") / f"backtest-{reference.name}.json")
+    out = args.output if args.output is not None else f"{default_run_folder('backtest', reference.name)}.json"
     outcome = backtest(reference, plan, compare_plan=args.flash_helm_tiers, seeds=seeds, methods=methods,
-                       aggregate=args.aggregate, output=out, progress=show, held_out=args.held_out)
+                       aggregate=args.aggregate, output=out, progress=show, held_out=args.held_out,
+                       force=args.force)
     if len(outcome.results) > 1:
         print(format_seeds(outcome.over_seeds))
     print(f"record: {outcome.record_path}")

@@ -48,9 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="held-out text (JSON lines with 'text', or plain text) for validation loss, repeatable")
     parser.add_argument("--n-examples", type=int, default=None, metavar="N", help="first N of each task's seeded order (default: all)")
     parser.add_argument("--seed", type=int, default=1234, help="order and few-shot seed (default 1234)")
-    parser.add_argument("--output", required=True, type=Path, metavar="DIR", help="where records and the summary go")
+    parser.add_argument("--output", required=True, metavar="DIR", help="where records and the summary go")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a summary.json there that another model or command wrote")
     parser.add_argument("--format", choices=EXAMPLE_FORMATS, default="parquet", help="per-example records format")
-    parser.add_argument("--store", type=Path, metavar="DIR", help="results store folder (default OUTPUT/store)")
+    parser.add_argument("--store", metavar="DIR", help="results store folder (default OUTPUT/store)")
     parser.add_argument("--dtype", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
     parser.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: auto)")
     add_device_map_options(parser)
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = evaluate(args.model, tasks=args.tasks, suites=args.suite, task_dir=args.task_dir, heldout=args.heldout,
                        n_examples=args.n_examples, seed=args.seed, baselines=args.baselines, model_id=args.model_id,
                        output=args.output, format=args.format, store=args.store, engine=engine_from(args),
-                       compare_dtype=args.compare_dtype,
+                       compare_dtype=args.compare_dtype, force=args.force,
                        progress=step_printer(args, steps=("start", "load")), progress_bar=progress_bar_from(args))
     if outcome.record_path is None:  # the other processes of a launch
         return 0

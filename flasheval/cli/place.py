@@ -12,7 +12,6 @@ places a training run's checkpoint into the run's folder (:func:`flasheval.place
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from flasheval.api.place import PlaceRun, place
 from flasheval.api.runs import place_checkpoint
@@ -26,7 +25,7 @@ from flasheval.cli._options import (
 )
 from flasheval.errors import InputError
 from flasheval.placement.results import PlacementResult
-from flasheval.records import slug
+from flasheval.records import default_run_folder
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.ranking import AGGREGATES
 
@@ -50,7 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-tokens", type=int, help="budget: tokens processed in total (> 0)")
     parser.add_argument("--max-flops", type=float, help="budget: estimated FLOPs (> 0)")
     parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate (> 0)")
-    parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/)")
+    parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/, with 8 hex digits "
+                        "of the exact names appended where a name has characters a folder name cannot keep)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a record in the output folder that another model or command wrote")
     parser.add_argument("--run", help="a training run's folder: the record lands in RUN/checkpoints/step-N/ and the "
                         "results in the run's one store (flasheval.place_checkpoint); with --step")
     parser.add_argument("--step", type=int, help="with --run: the checkpoint's training step (an integer >= 0)")
@@ -93,13 +95,15 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--run and --step go together: give both (a run's checkpoint) or neither",
                          field="--run" if args.run is None else "--step")
     if args.run is not None:
-        if args.output is not None:
-            raise InputError("not with --run (the run folder holds the record and the results)", field="--output")
+        for flag, given in (("--output", args.output is not None), ("--force", args.force)):
+            if given:
+                raise InputError("not with --run (the run folder holds the record and the results)", field=flag)
         outcome = place_checkpoint(model, run=args.run, step=args.step, reference=args.reference, **options)
     else:
         reference = load_reference(args.reference or "helm_lite", missing=args.missing)
-        output = Path(args.output or Path("runs") / f"place-{slug(reference.name)}-{slug(model.model_id)}")
-        outcome = place(model, reference, output=output, **options)
+        output = args.output if args.output is not None else default_run_folder("place", reference.name,
+                                                                                  model.model_id)
+        outcome = place(model, reference, output=output, force=args.force, **options)
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_placed(outcome)
     return 0

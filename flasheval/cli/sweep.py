@@ -30,7 +30,7 @@ from flasheval.cli._options import (
 )
 from flasheval.errors import InputError
 from flasheval.placement.sweep import SweepResult
-from flasheval.records import slug
+from flasheval.records import default_run_folder
 from flasheval.reference import MISSING_POLICIES, ReferenceLeaderboard, load_reference
 from flasheval.stats.ranking import AGGREGATES
 
@@ -58,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
     parser.add_argument("--output", help="run folder (default: runs/sweep-<reference>/)")
+    parser.add_argument("--force", action="store_true", help="replace a sweep.json there that is not a sweep record")
     add_live_options(parser)
     parser.add_argument("--max-loaded", type=int, metavar="N",
                         help="live: most checkpoints held in memory at once; the least recently used is unloaded "
@@ -67,16 +68,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def run_folder(output: str | None, reference: ReferenceLeaderboard) -> Path:
-    """``output`` (``--output``), or ``runs/sweep-<reference>/``."""
-    return Path(output or Path("runs") / f"sweep-{slug(reference.name)}")
+def run_folder(output: str | None, reference: ReferenceLeaderboard) -> str | Path:
+    """``output`` (``--output``, as given: an empty one is refused by the API), or ``runs/sweep-<reference>/``."""
+    return default_run_folder("sweep", reference.name) if output is None else output
 
 
 def _read_specs(path: Path) -> list[str]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror})", path=path) from None
+        raise InputError(f"cannot read ({exc.strerror})", path=path, field="--models-from") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not a text file of model specs (byte {exc.start}: not UTF-8)", path=path,
+                         field="--models-from") from None
     specs = [ln.split("#", 1)[0].strip() for ln in lines]
     if not any(specs):
         raise InputError("no model specs in the file", path=path)
@@ -115,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                     n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
                     num_fewshot=args.num_fewshot, engine=engine_from(args), max_loaded=args.max_loaded,
                     output=run_folder(args.output, reference),
-                    progress=step_printer(args))
+                    progress=step_printer(args), force=args.force)
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_swept(outcome, start)
     return 0

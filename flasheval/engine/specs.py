@@ -86,6 +86,9 @@ def parse_named_models(texts: Sequence[str], *, field: str = "--models") -> tupl
         name, sep, rest = text.partition("=")
         if not sep or ":" in name:
             name, rest = "", text
+        elif not name.strip() or name != name.strip():
+            raise InputError(f"{text!r}: the NAME before '=' is empty or has spaces around it; give a name or drop "
+                             "'NAME='", field=field)
         spec = parse_model_spec(rest)
         if spec.kind == "replay":
             raise InputError(f"{text!r}: replay models have no weights to score", field=field,

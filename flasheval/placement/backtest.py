@@ -49,7 +49,7 @@ from flasheval.stats.ranking import rank_among
 from flasheval.stats.sampling import example_order
 
 __all__ = ["METHODS", "ALL_METHODS", "BacktestRow", "MethodSummary", "BacktestResult", "SeedSummary", "backtest",
-           "full_data_ranks", "held_out_models", "parse_seeds", "summarize_seeds", "uniform_allocation"]
+           "full_data_ranks", "held_out_models", "parse_seeds", "MAX_SEEDS", "summarize_seeds", "uniform_allocation"]
 
 METHODS: tuple[str, ...] = ("adaptive", "flash_helm", "uniform")
 """Methods a backtest runs by default."""
@@ -307,15 +307,25 @@ def backtest(
                           held_out=chosen, pool_size=pool_size)
 
 
+MAX_SEEDS = 10_000
+"""Most seeds one ``--seeds`` list may name: each seed is a whole backtest (every model placed), seconds to
+minutes each, so more is never a run anyone waits for; the bound is checked before a range is expanded."""
+
+
 def parse_seeds(text: str) -> tuple[int, ...]:
     """``"0-4"`` or ``"0,2,7"`` (or a mix, ``"0-2,9"``) as a tuple of distinct seeds in the given order.
+
+    Linear in the number of seeds; at most :data:`MAX_SEEDS`, counted before a range is expanded (so
+    ``0-99999999`` is refused at once); a seed named twice is refused.
 
     Examples
     --------
     >>> parse_seeds("0-4"), parse_seeds("3,1"), parse_seeds("0-1,5")
     ((0, 1, 2, 3, 4), (3, 1), (0, 1, 5))
     """
-    seeds: list[int] = []
+    if not isinstance(text, str):
+        raise InputError(f"expected a seed list such as 0-4 or 0,2,7, got {text!r}", field="--seeds")
+    spans = []
     for part in text.split(","):
         first, dash, last = part.strip().partition("-")
         try:
@@ -324,7 +334,17 @@ def parse_seeds(text: str) -> tuple[int, ...]:
             raise InputError(f"bad seed list {text!r}: use e.g. 0-4 or 0,2,7", field="--seeds") from None
         if not span or span.start < 0:
             raise InputError(f"bad seed list {text!r}: seeds are integers >= 0, ranges increasing", field="--seeds")
-        seeds.extend(s for s in span if s not in seeds)
+        spans.append(span)
+    total = sum(len(span) for span in spans)
+    if total > MAX_SEEDS:
+        raise InputError(f"{total} seeds in {text[:40]!r}: at most {MAX_SEEDS} (each seed is a whole backtest)",
+                         field="--seeds")
+    seeds: dict[int, None] = {}
+    for span in spans:
+        for seed in span:
+            if seed in seeds:
+                raise InputError(f"seed {seed} listed twice in {text[:40]!r}", field="--seeds")
+            seeds[seed] = None
     return tuple(seeds)
 
 

@@ -48,7 +48,9 @@ MODELS_DIR = "models"
 def _saved_config(path: Path) -> dict[str, Any]:
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror or exc})", path=path) from None
+    except ValueError as exc:  # not JSON, or not UTF-8 text
         raise InputError(f"not valid JSON ({exc})", path=path) from None
     if not isinstance(saved, dict) or saved.get("store_format") not in (1, STORE_FORMAT):
         found = saved.get("store_format") if isinstance(saved, dict) else None

@@ -51,7 +51,8 @@ A plan is data (``tiers/*.yaml``), validated on load; unknown keys are refused. 
     per look split across datasets by Neyman allocation with per-example token costs; see
     :mod:`flasheval.placement.allocation`).
 ``n_resamples``
-    Bootstrap replicates per look.
+    Bootstrap replicates per look: an integer from 100 to :data:`flasheval.checks.MAX_RESAMPLES` (100,000;
+    the bootstrap holds an ``n_resamples x n_models`` array per look, so the ceiling keeps memory sane).
 ``stages``
     Strictly increasing examples per dataset, the last one ``all``.
 ``tiers``
@@ -71,6 +72,7 @@ from typing import Any
 
 import yaml
 
+from flasheval.checks import MAX_RESAMPLES, check_n_resamples
 from flasheval.data_paths import embedded_data_dir
 from flasheval.errors import ConfigError, UnknownNameError
 from flasheval.placement.allocation import ALLOCATIONS
@@ -142,6 +144,7 @@ class TierPlan:
     """How a look's examples are split across datasets (``uniform`` or ``neyman-cost``)."""
 
     def __post_init__(self) -> None:
+        check_n_resamples(self.n_resamples)
         if self.pool_scale is not None and self.pool_scale < 2:
             raise ValueError(f"pool_scale must be >= 2, got {self.pool_scale}")
         if self.allocation not in ALLOCATIONS:
@@ -329,8 +332,9 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
         raise ConfigError(f"must be an integer >= 2 (the pool size the tiers are written for), got {pool_scale!r}",
                           path=path, field="pool_scale")
     n_res = raw.get("n_resamples", 1000)
-    if isinstance(n_res, bool) or not isinstance(n_res, int) or n_res < 100:
-        raise ConfigError(f"must be an integer >= 100, got {n_res!r}", path=path, field="n_resamples")
+    if isinstance(n_res, bool) or not isinstance(n_res, int) or not 100 <= n_res <= MAX_RESAMPLES:
+        raise ConfigError(f"must be an integer from 100 to {MAX_RESAMPLES} (the ceiling keeps the bootstrap's memory "
+                          f"sane), got {n_res!r}", path=path, field="n_resamples")
     stop_rule = str(raw["stop_rule"])
     for key, allowed, default in (("stop_rule", STOP_RULES, None), ("correction", CORRECTIONS, "none"),
                                   ("estimator", ESTIMATORS, "control-variate"), ("allocation", ALLOCATIONS, "uniform")):

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from flasheval.checks import check_name, check_output
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.lmeval.settings import LmEvalSettings
 from flasheval.reference.leaderboard import references_root
@@ -123,7 +124,7 @@ class ImportedReference:
 
 def _check_options(source_format: str, suite: str | None, include_path: str | None) -> None:
     if source_format not in IMPORT_FORMATS:
-        raise UnknownNameError("import format", source_format, IMPORT_FORMATS)
+        raise UnknownNameError("import format", source_format, IMPORT_FORMATS, field="--format")
     for option, value, applies in (("--suite", suite, "long-parquet"), ("--include-path", include_path,
                                                                         "lm-eval-samples")):
         if value is not None and source_format != applies:
@@ -163,6 +164,11 @@ def import_reference(source_path: str | os.PathLike[str], *, source_format: str,
     import and the written reference read back once) plus one batch or one model's logs.
     """
     _check_options(source_format, suite, include_path)
+    check_name(name, what="reference name")
+    check_output(output_dir, field="--output-dir")
+    if not isinstance(source_path, (str, os.PathLike)) or not str(source_path).strip():
+        raise InputError(f"expected the path of a parquet file or lm-eval output folder, got {source_path!r}",
+                         field="SOURCE")
     out = references_root(output_dir) / name
     if (out / MANIFEST_FILE).exists() and not force:
         raise InputError("reference already exists (use --force to overwrite)", path=out)

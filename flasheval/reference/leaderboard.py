@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -207,6 +208,8 @@ def _search_roots() -> list[Path]:
 def reference_folder(name: str | os.PathLike[str]) -> Path:
     """Folder of a reference: a path, else ``NAME`` under the first of :func:`_search_roots` that has it
     (``$FLASHEVAL_REFERENCES``, ``./reference_rankings`` for an installed package, the embedded references)."""
+    if not isinstance(name, (str, os.PathLike)) or not os.fspath(name).strip():
+        raise InputError(f"expected a reference name or folder, got {name!r}", field="--reference")
     direct = Path(name)
     if direct.is_dir():
         return direct
@@ -215,7 +218,7 @@ def reference_folder(name: str | os.PathLike[str]) -> Path:
         if (root / str(name)).is_dir():
             return root / str(name)
     known = sorted({p.name for root in roots if root.is_dir() for p in root.iterdir() if (p / MANIFEST_FILE).is_file()})
-    raise UnknownNameError("reference", str(name), known)
+    raise UnknownNameError("reference", str(name), known, field="--reference")
 
 
 def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-models") -> ReferenceLeaderboard:
@@ -236,7 +239,7 @@ def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-mod
 def _load(name: str | os.PathLike[str], *, missing: str, dtype: type) -> ReferenceLeaderboard:
     """:func:`load_reference` with scores of ``dtype`` (float32: the writer's read-back check, half the memory)."""
     if missing not in MISSING_POLICIES:
-        raise UnknownNameError("missing-data policy", missing, MISSING_POLICIES)
+        raise UnknownNameError("missing-data policy", missing, MISSING_POLICIES, field="--missing")
     folder = reference_folder(name)
     manifest = read_manifest(folder / MANIFEST_FILE)
     scores_path = folder / SCORES_FILE
@@ -307,6 +310,34 @@ def pool(matrices: ScoreMatrices, name: str, missing: str, *, where: Path | None
     return n_pool, kept, excluded
 
 
+def _check_models(m: ScoreMatrices, manifest: ReferenceManifest, folder: Path) -> None:
+    """Refuse a manifest that names models the score table does not hold, or that misses some it holds.
+
+    ``dropped_models`` must list exactly the models with missing cells; a built reference's ``build.models``
+    exactly the models in the table.
+    """
+    where = folder / MANIFEST_FILE
+    in_data = set(m.model_ids)
+    if manifest.dropped_models is not None:
+        listed = {str(d["model"]) for d in manifest.dropped_models}
+        incomplete = set(m.model_ids[m.n_complete:])
+        for models, problem in ((listed - in_data, f"is not in {SCORES_FILE}, but the manifest's dropped_models lists it"),
+                                (listed & in_data - incomplete, f"has every score in {SCORES_FILE}, but the manifest's "
+                                                                "dropped_models lists it"),
+                                (incomplete - listed, f"lacks scores in {SCORES_FILE}, but the manifest's dropped_models "
+                                                      "does not list it")):
+            if models:
+                raise InputError(f"model {sorted(models)[0]!r} {problem} ({len(models)} such)", path=where,
+                                 field="dropped_models")
+    built = manifest.build.get("models") if isinstance(manifest.build, Mapping) else None
+    if isinstance(built, Mapping) and built:
+        for only, side in ((set(built) - in_data, "the manifest's build.models, not in " + SCORES_FILE),
+                           (in_data - set(built), SCORES_FILE + ", not in the manifest's build.models")):
+            if only:
+                raise InputError(f"model {sorted(only)[0]!r} is in {side} ({len(only)} such)", path=where,
+                                 field="build")
+
+
 def _assemble(matrices: ScoreMatrices, manifest: ReferenceManifest, folder: Path, missing: str) -> ReferenceLeaderboard:
     """The leaderboard of checked matrices (read from ``folder``) under the ``missing`` policy."""
     m = matrices
@@ -317,6 +348,7 @@ def _assemble(matrices: ScoreMatrices, manifest: ReferenceManifest, folder: Path
         if len(ids) != int(manifest.example_counts[dataset]):
             raise InputError(f"dataset {dataset!r} has {len(ids)} examples, manifest says "
                              f"{manifest.example_counts[dataset]}", path=folder / MANIFEST_FILE, field="example_counts")
+    _check_models(m, manifest, folder)
     n_pool, kept, excluded = pool(m, manifest.name, missing, where=folder)
     if missing == "complete-models":  # the leading rows, already in name order: views, no copy
         rows: slice | np.ndarray = slice(0, n_pool)

@@ -1,23 +1,27 @@
 """A reference's ``manifest.json``: the :class:`ReferenceManifest` value and its one reader, field by field.
 
-Validation policy: unknown or missing keys, a wrong ``format_version``, a non-boolean
-``higher_is_better``, an unknown aggregate, no datasets and malformed ``dropped_models`` entries are
-refused in one line naming the file and the field (:class:`~flasheval.errors.InputError`). The score
+Validation policy: unknown or missing keys, a wrong ``format_version``, a field of the wrong type
+(:data:`FIELD_TYPES`: ``files`` an object of file name -> sha256 string, ``example_counts`` of dataset ->
+integer >= 1, ``random_baselines`` of dataset -> finite number, the texts strings, ``name`` a folder name),
+an unknown aggregate, no datasets and malformed ``dropped_models`` entries are refused in one line naming
+the file, the field, the value and what is allowed (:class:`~flasheval.errors.InputError`). The score
 table that the manifest describes is read by :mod:`flasheval.reference.leaderboard`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flasheval.checks import check_name
 from flasheval.errors import InputError
 from flasheval.stats.ranking import check_aggregate
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_FILE", "ReferenceManifest", "read_manifest"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_FILE", "FIELD_TYPES", "ReferenceManifest", "read_manifest"]
 
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -26,6 +30,15 @@ _MANIFEST_KEYS = {
     "example_counts", "random_baselines", "files", "built_with", "build", "notes", "dropped_models",
 }
 _DROPPED_KEYS = {"model": str, "missing": int, "first_missing": str}
+FIELD_TYPES = {
+    "name": "a folder name", "source": "a string", "licence": "a string", "metric": "a string",
+    "aggregate": "a string", "built_with": "a string", "notes": "a string", "format_version": "an integer",
+    "files": "an object of file name -> sha256 (a string)",
+    "example_counts": "an object of dataset -> example count (an integer >= 1)",
+    "random_baselines": "null or an object of dataset -> chance-level score (a finite number)",
+    "build": "null or an object",
+}
+"""What each manifest field must hold (``higher_is_better`` and ``dropped_models`` are checked on their own)."""
 _MANIFEST_REQUIRED = {"format_version", "name", "source", "licence", "metric", "higher_is_better",
                       "aggregate", "example_counts", "files"}
 
@@ -94,6 +107,40 @@ def _checked_dropped(value: Any) -> tuple[Mapping[str, Any], ...]:
     return tuple(dict(entry) for entry in value)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _holds(key: str, value: Any) -> bool:
+    """Whether manifest field ``key`` holds what :data:`FIELD_TYPES` says."""
+    if key == "name":
+        try:
+            check_name(value)
+        except InputError:
+            return False
+        return True
+    if key == "format_version":
+        return _is_int(value)
+    if key in ("files", "example_counts", "random_baselines"):
+        if value is None and key == "random_baselines":
+            return True
+        good = {"files": lambda v: isinstance(v, str) and v != "",
+                "example_counts": lambda v: _is_int(v) and v >= 1, "random_baselines": _is_number}[key]
+        return isinstance(value, dict) and all(isinstance(k, str) and k and good(v) for k, v in value.items())
+    if key == "build":
+        return value is None or isinstance(value, dict)
+    return isinstance(value, str)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def read_manifest(path: Path) -> ReferenceManifest:
     """The manifest at ``path``, checked key by key (module docstring); one line naming the field otherwise."""
     try:
@@ -117,7 +164,11 @@ def read_manifest(path: Path) -> ReferenceManifest:
                          field="format_version", allowed=[FORMAT_VERSION])
     if not isinstance(data["higher_is_better"], bool):
         raise InputError("must be true or false", path=path, field="higher_is_better")
+    for key in sorted(set(FIELD_TYPES) & set(data)):
+        if not _holds(key, data[key]):
+            raise InputError(f"{_short(data[key])} is not {FIELD_TYPES[key]}", path=path, field=key)
     try:
         return ReferenceManifest(**data)
     except InputError as exc:
-        raise InputError(exc.reason, path=path, field=exc.field or "aggregate") from None
+        field = "aggregate" if exc.field in (None, "--aggregate") else exc.field
+        raise InputError(exc.reason, path=path, field=field) from None

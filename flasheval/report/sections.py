@@ -318,7 +318,7 @@ def record_blocks(record: RunRecord, stem: str) -> list[Block]:
                           + (f", command: {' '.join(record.argv)}" if record.argv else ""))
     try:
         body = _BUILDERS[record.kind](record.payload, stem)
-    except (KeyError, TypeError, IndexError) as exc:
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:  # a payload edited by hand
         from flasheval.errors import InputError
 
         raise InputError(f"{record.kind} record lacks or mangles field {exc}", path=record.path, field="payload") from None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from flasheval.checks import check_level, check_n_resamples
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.hashing import derive_seed
 from flasheval.scaling.runs import RunsTable
@@ -72,13 +73,12 @@ class ScalingFitOptions:
             raise InputError(f"unknown method {self.method!r}", field="--method", allowed=LOSS_FIT_METHODS)
         for name in ("fit_max_compute", "error_fit_max_compute"):
             value = getattr(self, name)
-            if value is not None and not (np.isfinite(value) and value > 0):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not (np.isfinite(value) and value > 0)):
                 raise InputError(f"must be a positive number of FLOPs, got {value!r}",
                                  field="--" + name.replace("_", "-"))
-        if self.n_resamples < 1:
-            raise InputError(f"must be at least 1, got {self.n_resamples}", field="--n-resamples")
-        if not 0 < self.confidence_level < 1:
-            raise InputError(f"must be in (0, 1), got {self.confidence_level}", field="--confidence-level")
+        check_n_resamples(self.n_resamples, field="--n-resamples", minimum=1)
+        check_level(self.confidence_level)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

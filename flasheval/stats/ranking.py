@@ -44,7 +44,7 @@ def check_aggregate(kind: str) -> str:
     from flasheval.errors import UnknownNameError
 
     if kind not in AGGREGATES:
-        raise UnknownNameError("aggregate", kind, AGGREGATES)
+        raise UnknownNameError("aggregate", kind, AGGREGATES, field="--aggregate")
     return kind
 
 

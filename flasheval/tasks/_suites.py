@@ -203,7 +203,7 @@ def suite_names() -> tuple[str, ...]:
 def load_suite(name: str) -> Suite:
     """The built-in suite ``name`` (see :func:`suite_names`)."""
     if name not in suite_names():
-        raise UnknownNameError("suite", name, suite_names())
+        raise UnknownNameError("suite", name, suite_names(), field="--suite")
     raw = _read_yaml(f"{name}.yaml")
     allowed = {"name", "description", "aggregate", "tasks", "column_aliases", "provenance"}
     unknown = sorted(set(raw) - allowed)

@@ -51,7 +51,7 @@ def test_check_reports_a_bad_file_and_exits_1(tmp_path: Path, capsys: pytest.Cap
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["tasks", "check", "/nonexistent/dir"], "flasheval: error: /nonexistent/dir: not a directory"),
-    (["tasks", "list", "--suite", "core"], "flasheval: error: unknown suite 'core' (allowed: dclm-core, "),
+    (["tasks", "list", "--suite", "core"], "flasheval: error: field '--suite': unknown suite 'core' (allowed: dclm-core, "),
 ])
 def test_bad_arguments_give_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(argv) == 1

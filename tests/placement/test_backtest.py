@@ -142,7 +142,7 @@ def test_place_with_no_arguments_places_the_default_helm_lite_model(tmp_path, mo
     assert main(["place"]) == 0
     out = capsys.readouterr().out
     assert "meta/llama-3-70b on helm_lite (68 reference models" in out
-    payload = read_record(tmp_path / "runs" / "place-helm_lite-meta-llama-3-70b" / "place.json").payload
+    payload = read_record(tmp_path / "runs" / "place-helm_lite-meta-llama-3-70b-e1f3e635" / "place.json").payload
     assert payload["status"] == "resolved" and payload["compute"]["saving"] > 1
     lo, hi = payload["interval"]
     assert lo <= payload["rank"] <= hi
