@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 raise InputError("not with --run (the run folder holds the record and the results)", field=flag)
         outcome = place_checkpoint(model, run=args.run, step=args.step, reference=args.reference, **options)
     else:
-        reference = load_reference(args.reference or "helm_lite", missing=args.missing)
+        reference = load_reference("helm_lite" if args.reference is None else args.reference, missing=args.missing)
         output = args.output if args.output is not None else default_run_folder("place", reference.name,
                                                                                   model.model_id)
         outcome = place(model, reference, output=output, force=args.force, **options)
