@@ -16,7 +16,7 @@ Standard errors: binomial for coverage, across runs for the mean ratio. ``--fami
 checkpoints answer with one uniform per example (strongly positively dependent errors); ``independent``
 (default): they answer independently given their abilities.
 
-Run: ``python benchmarks/run_coverage.py --pools 0,1 --runs 40 [--family coupled] [--out FILE.csv]``
+Run: ``python benchmarks/run_coverage.py [--family coupled] [--n-resamples 1000] [--out FILE.csv]``
 from the repo root (``--out``: every placement's row, for pooling several processes with ``--read``).
 """
 
@@ -104,11 +104,11 @@ def constants() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pools", default="0,1", help="pool seeds, comma-separated")
-    parser.add_argument("--runs", type=int, default=40, help="runs (seeds) per pool")
+    parser.add_argument("--pools", default="0,1,2", help="pool seeds, comma-separated")
+    parser.add_argument("--runs", type=int, default=20, help="runs (seeds) per pool")
     parser.add_argument("--family", choices=("independent", "coupled"), default="independent")
-    parser.add_argument("--n-models", type=int, default=50)
-    parser.add_argument("--sizes", default="400,600,500,800", help="examples per dataset")
+    parser.add_argument("--n-models", type=int, default=40)
+    parser.add_argument("--sizes", default="300,500,400,600", help="examples per dataset")
     parser.add_argument("--ability-spread", type=float, default=1.0)
     parser.add_argument("--dataset-spread", type=float, default=1.0)
     parser.add_argument("--n-resamples", type=int, default=None, help="bootstrap replicates (default: the plan's)")
