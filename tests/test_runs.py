@@ -87,10 +87,23 @@ def test_simultaneous_coverage_splits_the_level_and_is_recorded(tmp_path):
     assert later.placement.confidence_level == pytest.approx(expected)
 
 
+def test_checkpoints_beyond_the_planned_number_are_placed_at_the_same_level_and_said(tmp_path, caplog):
+    run = tmp_path / "k2"
+    for step in (1, 2):
+        flasheval.place_checkpoint(B, run=run, step=step, reference="helm_lite", simultaneous=2)
+    assert "more than" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        third = flasheval.place_checkpoint(B, run=run, step=3)
+    assert third.placement.confidence_level == pytest.approx(0.975)
+    # union bound for 3 intervals at 97.5% each: 1 - 3 * 0.025, computed here independently
+    assert "3 checkpoints placed, more than the 2 planned" in caplog.text and ">= 92.5%" in caplog.text
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"step": -1}, "field 'step': must be an integer >= 0, got -1"),
     ({"step": True}, "field 'step': must be an integer >= 0, got True"),
-    ({"step": 1, "simultaneous": 0}, "field 'simultaneous': must be an integer >= 1, got 0"),
+    ({"step": 1, "simultaneous": 0}, "field 'simultaneous': the planned number of checkpoints must be a whole "
+                                     "number >= 1, got 0"),
     ({"step": 1, "output": "x"}, "field 'output': set by the run folder"),
     ({"step": 1}, "field 'reference': the first placement of a run needs its reference"),
 ])

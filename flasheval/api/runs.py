@@ -19,11 +19,10 @@ from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.options import engine_options
 from flasheval.api.place import PlaceRun, place
 from flasheval.api.resolve import live_options, resolve_plan, resolve_reference
-from flasheval.checks import check_count
 from flasheval.engine.in_memory import LoadedModel, is_transformers_model
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import prepare_scoring
-from flasheval.placement.run_coverage import split_level
+from flasheval.placement.run_coverage import check_n_checkpoints, simultaneous_level, split_level
 from flasheval.placement.run_folder import (
     STORE_DIR,
     RunCheckpoint,
@@ -196,7 +195,7 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
     folder = _run_folder(run)
     step = _check_step(step)
     if simultaneous is not None:
-        check_count(simultaneous, field="simultaneous")
+        check_n_checkpoints(simultaneous)
     for name in _RUN_DECIDES:
         if name in place_kwargs:
             raise InputError("set by the run folder (its step's record and its shared store); give run= only",
@@ -227,4 +226,16 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
         placed = place(resolved, ref, plan=split, store=store, **place_kwargs)
         if not writer:
             return placed
-        return _keep_record(folder, step, placed)
+        kept = _keep_record(folder, step, placed)
+    if simultaneous is not None:
+        _beyond_plan(folder, simultaneous, split.confidence_level)
+    return kept
+
+
+def _beyond_plan(run: Path, planned: int, level: float) -> None:
+    """Say once per checkpoint past the run's planned ``K`` what the union bound still promises for all of them."""
+    placed = sum(1 for _ in run.glob("checkpoints/step-*/place.json"))
+    if placed > planned:
+        logger.warning("note: run %s has %d checkpoints placed, more than the %d planned (simultaneous=%d): all %d "
+                       "intervals cover together with probability >= %.1f%% (union bound), not the plan's level",
+                       run, placed, planned, planned, placed, 100 * simultaneous_level(level, placed))
