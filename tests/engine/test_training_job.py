@@ -136,3 +136,38 @@ def test_nothing_outside_the_launcher_reads_the_launch_environment():
     assert {p: names for p, names in readers.items() if names} == {"flasheval/cli/launch.py": ["WORLD_SIZE",
                                                                                                "LOCAL_RANK"]}
     assert _environment_reads(ast.parse('import os\nos.environ.get("LOCAL_RANK", "0")')) == ["LOCAL_RANK"]
+
+
+CALLS = {
+    "place": lambda d: flasheval.place("m=hf:/nonexistent", "helm_lite", distributed=d),
+    "evaluate": lambda d: flasheval.evaluate("hf:/nonexistent", tasks="copa", task_dir="/nonexistent", distributed=d),
+    "sweep": lambda d: flasheval.sweep(["m=hf:/nonexistent"], "helm_lite", budget=flasheval.Budget(max_examples=9),
+                                       distributed=d),
+    "build_reference": lambda d: flasheval.build_reference(["m=hf:/nonexistent"], name="x", distributed=d),
+    "lm_eval": lambda d: flasheval.lm_eval("hf:/nonexistent", tasks="arc_easy", distributed=d),
+}
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_distributed_is_checked_at_every_entry_in_one_line(call):
+    with pytest.raises(flasheval.InputError) as refused:
+        CALLS[call]("every")
+    assert str(refused.value) == "field 'distributed': unknown value 'every' (allowed: main, all)"
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    with pytest.raises(flasheval.InputError) as alone:  # before anything else is looked at (the paths do not exist)
+        CALLS[call]("all")
+    message = str(alone.value)
+    assert message.startswith("field 'distributed': 'all' needs the caller's torch.distributed process group")
+    assert "distributed='main'" in message and "accelerate launch / torchrun" in message and "\n" not in message
+
+
+def test_main_never_touches_torch_distributed():
+    """``distributed="main"`` imports nothing of torch.distributed (so it cannot depend on a group's state)."""
+    code = ("import sys; from flasheval.engine.distributed import check_distributed, processes; "
+            "assert processes('main') is None and check_distributed('main') == 'main'; "
+            "print(any(m.startswith('torch') for m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
