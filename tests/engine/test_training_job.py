@@ -68,8 +68,18 @@ def _command(launcher: str) -> list[str]:
             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", port]
 
 
-def _one_process(root: Path, launcher: str, task_dir: Path) -> dict:
+_ALONE: dict[str, dict] = {}
+"""One process's results per weights digest: both launchers train to the same weights, scored here once."""
+
+
+def _one_process(root: Path, launcher: str, task_dir: Path, weights: str) -> dict:
     """The same calls on the weights rank 0 placed, in this one process (``distributed="main"``)."""
+    if weights not in _ALONE:
+        _ALONE[weights] = _score_alone(root, launcher, task_dir)
+    return _ALONE[weights]
+
+
+def _score_alone(root: Path, launcher: str, task_dir: Path) -> dict:
     from transformers import LlamaForCausalLM
 
     worker = _worker()
@@ -98,9 +108,10 @@ def test_a_training_job_calls_flasheval_between_steps_in_both_modes(job_root, ta
                           env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [json.loads((job_root / f"{launcher}-rank{r}.json").read_text()) for r in (0, 1)]
-    alone = _one_process(job_root, launcher, task_dir)
+    alone = _one_process(job_root, launcher, task_dir, ranks[0]["weights_placed"])
     assert [r["world"] for r in ranks] == [2, 2]
     assert ranks[0]["weights"] == ranks[1]["weights"]  # DDP kept the replicas equal: the same model on both
+    assert ranks[0]["weights_placed"] == ranks[1]["weights_placed"]
     for rank in ranks:  # identical across ranks, across modes, and equal to one process
         assert rank["place_all"] == alone["place"]
         assert rank["evaluate_all"] == alone["evaluate"]
