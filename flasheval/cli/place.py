@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_live_options(parser)
     add_lmeval_live_options(parser)
     add_progress_options(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, runs_models=True)
 
 
 def format_summary(result: PlacementResult) -> str:
@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     model = resolve_model(args.model)
     options = dict(plan=args.tiers, budget=budget, seed=args.seed, aggregate=args.aggregate, missing=args.missing,
                    n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
-                   num_fewshot=args.num_fewshot, engine=engine_from(args), progress=step_printer(args))
+                   num_fewshot=args.num_fewshot, engine=engine_from(args), progress=step_printer(args),
+                   distributed=args.distributed)
     if (args.run is None) != (args.step is None):
         raise InputError("--run and --step go together: give both (a run's checkpoint) or neither",
                          field="--run" if args.run is None else "--step")
