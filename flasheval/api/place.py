@@ -256,10 +256,7 @@ def place(
                        force=force)
     start = time.perf_counter()
     with ExitStack() as stack:
-        transient = ((output is None and store is None)
-                     or (isinstance(resolved, LoadedModel) and resolved.identity is None))
-        store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-store-"))) if transient \
-            else Path(output) / "store" if store is None else Path(store)
+        store_dir = _store_dir(stack, resolved, output=output, store=store)
         opened = setup.open(resolved, store_dir, options=options, state=state, n_params=n_parameters)
         stack.callback(opened.close)
         watch_load(report, opened.backend, resolved.model_id)  # the weights load on the first request not stored
@@ -285,6 +282,14 @@ def place(
         path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json())
         run = PlaceRun(placement=result, live=live, timing=timing, record_path=path)
     return run
+
+
+def _store_dir(stack: ExitStack, model: Any, *, output: str | Path | None, store: str | Path | None) -> Path:
+    """The results store a live placement uses: ``store``, else ``OUTPUT/store``; a temporary one (removed when
+    ``stack`` closes) without either, or for an in-memory model without an identity (its results serve this call)."""
+    if (output is None and store is None) or (isinstance(model, LoadedModel) and model.identity is None):
+        return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-store-")))
+    return Path(output) / "store" if store is None else Path(store)
 
 
 def _place_replay(model: ReplayModel, reference: Any, *, plan: Any, budget: Budget, seed: int | None,
