@@ -21,6 +21,7 @@ import flasheval
 
 EXAMPLES: dict[str, int] = {
     "flasheval.api.options": 2,
+    "flasheval.api.rank_intervals": 3,
     "flasheval.checks": 3,
     "flasheval.data_paths": 1,
     "flasheval.engine.backoff": 1,
@@ -49,6 +50,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.placement.calibration": 13,
     "flasheval.placement.dior": 2,
     "flasheval.placement.fluid": 2,
+    "flasheval.placement.interval_simulation": 4,
     "flasheval.placement.results": 2,
     "flasheval.placement.simulation": 2,
     "flasheval.placement.stop_rule": 14,
@@ -57,6 +59,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.placement.tiers": 8,
     "flasheval.placement.run_coverage": 2,
     "flasheval.records": 1,
+    "flasheval.reference.intervals": 8,
     "flasheval.report.figures": 1,
     "flasheval.report.html": 2,
     "flasheval.report.markdown": 2,
@@ -65,6 +68,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.stats.dior": 16,
     "flasheval.stats.dior_pool": 9,
     "flasheval.stats.irt": 9,
+    "flasheval.stats.rank_intervals": 11,
     "flasheval.stats.ranking": 8,
     "flasheval.stats.resampling": 4,
     "flasheval.stats.sampling": 5,
