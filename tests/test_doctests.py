@@ -63,6 +63,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.report.figures": 1,
     "flasheval.report.html": 2,
     "flasheval.report.markdown": 2,
+    "flasheval.report.rank_figure": 1,
     "flasheval.stats.bootstrap": 10,
     "flasheval.stats.control_variate": 3,
     "flasheval.stats.dior": 16,
