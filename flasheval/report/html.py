@@ -16,6 +16,8 @@ from flasheval.report.blocks import Block, Heading, Paragraph, Table, VectorFigu
 
 __all__ = ["render_html"]
 
+_SVG_NAMESPACE = "http://www.w3.org/2000/svg"
+
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1000px; margin: 2em auto; padding: 0 1em; color: #222; }
 table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; }
@@ -50,8 +52,10 @@ def _block(block: Block) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in block.header)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in block.rows)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-    if isinstance(block, VectorFigure):  # drawn by flasheval.report (its text escaped there): inlined as it is
-        return (f'<figure id="{html.escape(block.name)}" class="vector">{block.svg}'
+    if isinstance(block, VectorFigure):  # drawn by flasheval.report (its text escaped there): inlined as it is,
+        # less the namespace URL an HTML parser does not need (the page names no address at all)
+        svg = block.svg.replace(f' xmlns="{_SVG_NAMESPACE}"', "", 1)
+        return (f'<figure id="{html.escape(block.name)}" class="vector">{svg}'
                 f'<figcaption>{html.escape(block.caption)}</figcaption></figure>')
     data = base64.b64encode(block.png).decode("ascii")
     return (f'<figure id="{html.escape(block.name)}"><img alt="{html.escape(block.caption)}" '

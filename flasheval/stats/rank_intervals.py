@@ -21,8 +21,9 @@ true rank of every model lies in
 
     [1 + #models significantly better,  n - #models significantly worse]
 
-for ALL models at once (the pairwise route to simultaneous rank intervals: Holm 2013 and Al Mohamad
-et al. 2022 on "simultaneous confidence intervals for ranks"; Neuhof & Benjamini on leaderboards).
+for ALL models at once: Tukey's all-pairs comparisons turned into rank intervals, the pairwise route
+of Al Mohamad, van Zwet, Solari & Goeman ("Simultaneous confidence sets for ranks using the partitioning
+principle", arXiv:1708.02729; Biometrics 2022), with the critical value from the paired bootstrap.
 The denominator ``s_i + s_j`` (not the standard error of the difference) is what makes it fast: the event
 ``T_r > c`` is ``max_i (Z_ri - c s_i) > min_j (Z_rj + c s_j)``, checked in ``O(n)`` per replicate, so
 ``T_r`` is found by bisection, vectorised over replicates, in ``O(n_resamples x n_models)`` time and
@@ -64,8 +65,8 @@ from flasheval.stats.resampling import resample_counts
 __all__ = ["IntervalSet", "linear_aggregate_replicates", "rank_intervals_from_replicates", "groups_from_intervals",
            "naive_rank_intervals", "max_statistic"]
 
-_BISECTIONS = 32  # halvings of [0, upper]: relative precision 2e-10 on each replicate's statistic
-_GRID = 160       # grid points of the per-model constants in [0, c]
+_BISECTIONS = 26  # halvings of [0, upper]: relative precision 1.5e-8 on each replicate's statistic
+_GRID = 100       # grid points of the per-model constants in [0, c]
 _DIRECT = 32       # up to this many models, the statistic is taken over every pair directly
 _BLOCK = 2_000_000  # elements of a temporary array (16 MB of float64)
 

@@ -65,6 +65,7 @@ def test_a_place_report_shows_the_reference_with_intervals_in_a_headless_browser
     assert proc.returncode == 0, proc.stderr[-2000:]
     body = re.search(r"<body[^>]*>", proc.stdout).group(0)
     assert 'data-vector-count="1"' in body and 'data-vectors-ok="yes"' in body and 'data-images-ok="yes"' in body
+    assert "http://" not in page.read_text() and "https://" not in page.read_text()  # names no address
     figure = re.search(r'<figure id="place-intervals".*?</figure>', proc.stdout, re.S).group(0)
     pool = reference_rank_intervals(reference.without("meta/llama-3-70b"))
     drawn = re.findall(r"<title>([^<]+): rank (\d+), interval \[(\d+), (\d+)\]", figure)

@@ -10,6 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from flasheval.placement.interval_simulation import simulate_interval_coverage
 from flasheval.stats.rank_intervals import (
+    _GRID,
     groups_from_intervals,
     linear_aggregate_replicates,
     max_statistic,
@@ -71,7 +72,7 @@ def test_per_model_constants_round_up_to_the_grid_and_count_like_brute_force():
     values, replicates = _pool(8, 3)
     c, _, _, _ = _brute(values, replicates, 0.9, False)
     found = rank_intervals_from_replicates(values, replicates, confidence_level=0.9, simultaneous=False)
-    step = rank_intervals_from_replicates(values, replicates, confidence_level=0.9).critical[0] / 160
+    step = rank_intervals_from_replicates(values, replicates, confidence_level=0.9).critical[0] / _GRID
     assert np.all(found.critical >= c - 1e-12) and np.all(found.critical <= c + step + 1e-12)
     s = replicates.std(axis=0)
     n = len(values)
