@@ -14,6 +14,8 @@ One function per job (keyword-only options, one result object each, ``progress=`
 * ``import_reference(source, *, format, name)``, ``dior(reference)``, ``render_report(run_dir)``,
   ``aggregate(scores, *, suites)``, ``check_tasks(task_dir)``, ``fit_scaling(runs, *, predict)``,
   ``lm_eval(model, *, tasks)`` — one for every other command (``docs/api.md`` lists which);
+* ``rank_intervals(reference, *, confidence_level=0.95, simultaneous=True)`` — every reference model's rank
+  interval and the groups of models the reference cannot tell apart;
 * ``load_reference(name_or_folder)``, ``load_plan(name_or_file)``, ``Budget(max_examples=...)``;
   ``EngineOptions(dtype=..., device=..., batch_size=...)``, the device options of every live call (``engine=``).
 
@@ -66,6 +68,8 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to
         place,
         place_checkpoint,
         read_run,
+        rank_intervals,
+        RankIntervals,
         sweep,
         watch,
     )
@@ -99,6 +103,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "import_reference": ("flasheval.api", "import_reference"),
     "dior": ("flasheval.api", "dior"),
     "DiorRun": ("flasheval.api", "DiorRun"),
+    "rank_intervals": ("flasheval.api", "rank_intervals"),
+    "RankIntervals": ("flasheval.api", "RankIntervals"),
     "render_report": ("flasheval.api", "render_report"),
     "aggregate": ("flasheval.api", "aggregate"),
     "AggregateRun": ("flasheval.api", "AggregateRun"),

@@ -14,6 +14,7 @@ One job per module:
 * :mod:`~flasheval.api.lm_eval`  — :func:`lm_eval`: lm-eval tasks with flasheval's engine as the model;
 * :mod:`~flasheval.api.importing` — :func:`import_reference` from a long parquet file or lm-eval sample logs;
 * :mod:`~flasheval.api.dior`     — :func:`dior`: how reliable each benchmark design decision is;
+* :mod:`~flasheval.api.rank_intervals` — :func:`rank_intervals`: every reference model's rank interval, and groups;
 * :mod:`~flasheval.api.report`   — :func:`render_report` of run records (Markdown, HTML, figures);
 * :mod:`~flasheval.api.scaling`  — :func:`fit_scaling`: scaling laws fitted on small runs, large ones predicted;
 * :mod:`~flasheval.api.aggregate` — :func:`aggregate`: suite aggregates from score tables;
@@ -40,6 +41,7 @@ from flasheval.api.progress import Progress
 from flasheval.api.sweep import SweepRun, sweep
 from flasheval.api.aggregate import AggregateRun, aggregate
 from flasheval.api.dior import DiorRun, dior
+from flasheval.api.rank_intervals import RankIntervals, rank_intervals
 from flasheval.api.importing import import_reference
 from flasheval.api.report import render_report
 from flasheval.api.runs import RunCheckpoint, RunHistory, place_checkpoint, read_run
@@ -51,4 +53,5 @@ __all__ = ["place", "PlaceRun", "LivePlacement", "sweep", "SweepRun", "evaluate"
            "EvaluationSummary", "TaskScore", "backtest", "BacktestRun", "build_reference", "BuiltReference",
            "import_reference", "dior", "DiorRun", "render_report", "aggregate", "AggregateRun", "check_tasks",
            "TaskFileCheck", "fit_scaling", "ScalingFit", "lm_eval", "LmEvalRun", "EngineOptions", "Progress",
-           "ReplayModel", "place_checkpoint", "read_run", "RunHistory", "RunCheckpoint", "watch"]
+           "ReplayModel", "place_checkpoint", "read_run", "RunHistory", "RunCheckpoint", "watch", "rank_intervals",
+           "RankIntervals"]

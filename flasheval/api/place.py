@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from flasheval.placement.looks import first_look
 from flasheval.records import prepare_output, write_record
 from flasheval.stats.sampling import example_order
 from flasheval.reference import ReferenceLeaderboard
+from flasheval.reference.intervals import interval_neighbours
 
 __all__ = ["PlaceRun", "LivePlacement", "place", "RECORD_FILE"]
 
@@ -96,6 +97,9 @@ class PlaceRun:
     the throughput measured (the record's ``timing`` entry)."""
     record_path: Path | None = None
     """Where the record was written (``None`` without ``output``)."""
+    neighbours: tuple[str, ...] = ()
+    """The reference models the placed model cannot be told from: those at positions ``lo .. hi - 1`` of the
+    pool's full-data ranking, its order against each left open by its interval (none: its rank is exact)."""
 
     @property
     def rank(self) -> int | None:
@@ -109,6 +113,8 @@ class PlaceRun:
     def to_json(self) -> dict[str, Any]:
         """The record's payload (``place.json``)."""
         payload = self.placement.to_json()
+        if self.placement.rank is not None:
+            payload["neighbours"] = list(self.neighbours)
         if self.full_data_rank is not None:
             payload["full_data_rank"] = self.full_data_rank
         if self.live is not None:
@@ -277,10 +283,10 @@ def place(
         timing = Timing(wall_seconds=time.perf_counter() - wall_start, load_seconds=opened.load_seconds,
                         scoring_seconds=opened.forward_seconds, scored_tokens=opened.forward_tokens,
                         looks_seconds=looks_seconds, full_tokens=result.compute.full_tokens)
-    run = PlaceRun(placement=result, live=live, timing=timing)
+    run = PlaceRun(placement=result, live=live, timing=timing, neighbours=_neighbours(pool, result, aggregate))
     if output is not None and report.is_main:
         path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json())
-        run = PlaceRun(placement=result, live=live, timing=timing, record_path=path)
+        run = replace(run, record_path=path)
     return run
 
 
@@ -310,11 +316,17 @@ def _place_replay(model: ReplayModel, reference: Any, *, plan: Any, budget: Budg
     result = run_placement(pool, scorer, plan_, model_id=model.model_id, seed=seed or 0,
                            budget=budget, aggregate=aggregate, on_stage=_stage_reporter(report))
     # A replayed model is held out of a pool whose full data we have: the answer placement estimated.
-    run = PlaceRun(placement=result, full_data_rank=full_data_ranks(ref, aggregate)[model.model_id])
+    run = PlaceRun(placement=result, full_data_rank=full_data_ranks(ref, aggregate)[model.model_id],
+                   neighbours=_neighbours(pool, result, aggregate))
     if output is not None:
         path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json())
-        run = PlaceRun(placement=result, full_data_rank=run.full_data_rank, record_path=path)
+        run = replace(run, record_path=path)
     return run
+
+
+def _neighbours(pool: ReferenceLeaderboard, result: PlacementResult, aggregate: str | None) -> tuple[str, ...]:
+    """The pool models ``result``'s interval cannot order the model against (none when it was not placed)."""
+    return () if result.rank is None else interval_neighbours(pool, result.interval, aggregate=aggregate)
 
 
 def _first_tokens(pool: ReferenceLeaderboard, scorer: ReplayScorer, plan: TierPlan, aggregate: str | None,

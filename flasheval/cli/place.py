@@ -29,7 +29,7 @@ from flasheval.records import default_run_folder
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.ranking import AGGREGATES
 
-__all__ = ["register", "run", "DEFAULT_REPLAY_MODEL", "format_summary", "format_timing"]
+__all__ = ["register", "run", "DEFAULT_REPLAY_MODEL", "format_summary", "format_timing", "format_neighbours"]
 
 DEFAULT_REPLAY_MODEL = "meta/llama-3-70b"
 """Model placed by ``flasheval place`` with no arguments (held out of ``helm_lite``)."""
@@ -114,12 +114,24 @@ def print_placed(outcome: PlaceRun) -> None:
     """The summary after the stages: rank, interval, savings, the answer (replay), timings and the record."""
     result = outcome.placement
     print(format_summary(result))
+    if result.rank is not None:
+        print(f"  {format_neighbours(outcome.neighbours, result.interval)}")
     if outcome.full_data_rank is not None:
         inside = "inside" if result.interval[0] <= outcome.full_data_rank <= result.interval[1] else "OUTSIDE"
         print(f"  full-data rank (every example scored): {outcome.full_data_rank}, {inside} the interval")
         print(f"  record: {outcome.record_path}")
     elif outcome.live is not None:
         print(f"  {format_timing(outcome)}; record: {outcome.record_path}")
+
+
+def format_neighbours(neighbours: tuple[str, ...] | list[str], interval: tuple[int, int] | list[int]) -> str:
+    """Which reference models the interval cannot order the placed model against (one line)."""
+    if not neighbours:
+        return "told apart from every reference model (its interval is one rank)"
+    lo, hi = interval
+    shown = ", ".join(neighbours[:4]) + (f" and {len(neighbours) - 4} more" if len(neighbours) > 4 else "")
+    return (f"cannot be told from {len(neighbours)} reference model{'s' if len(neighbours) > 1 else ''} (those ranked "
+            f"{lo}-{hi - 1} of the pool, each of which it could stand above or below): {shown}")
 
 
 def format_timing(outcome: PlaceRun) -> str:

@@ -1,6 +1,7 @@
 """``flasheval reference import|build|show``: build a reference from results users have
 (:func:`flasheval.import_reference`) or by scoring models live (:func:`flasheval.build_reference`, one loop for
-both engines in :mod:`flasheval.placement.building`); print a ranking."""
+both engines in :mod:`flasheval.placement.building`); print a ranking, or with ``--intervals`` every model's
+rank interval and the groups of models it cannot tell apart (:func:`flasheval.rank_intervals`)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from flasheval.cli._options import add_device_map_options, add_progress_options,
 from flasheval.cli.lm_eval import add_lm_eval_task_options
 from flasheval.api.build import build_reference
 from flasheval.checks import DTYPES
+from flasheval.errors import InputError
 from flasheval.reference import IMPORT_FORMATS, MANIFEST_FILE, MISSING_POLICIES, load_reference
 from flasheval.api.importing import import_reference
+from flasheval.api.rank_intervals import RankIntervals, rank_intervals
 from flasheval.reference.importing import ImportedReference
 from flasheval.stats.ranking import AGGREGATES
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "format_intervals"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,6 +54,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("name", metavar="NAME")
     show.add_argument("--aggregate", choices=AGGREGATES, help="default: the manifest's")
     show.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
+    show.add_argument("--intervals", action="store_true",
+                      help="every model's rank interval (paired bootstrap of examples, simultaneous over all models) "
+                      "and the groups of models the reference cannot tell apart")
+    show.add_argument("--level", type=float, default=0.95, help="--intervals: confidence level (default: %(default)s)")
+    show.add_argument("--per-model", action="store_true",
+                      help="--intervals: each model's own interval at --level instead of all at once")
+    show.add_argument("--n-resamples", type=int, default=1000, help="--intervals: bootstrap replicates (default: %(default)s)")
+    show.add_argument("--seed", type=int, default=0, help="--intervals: bootstrap seed (default: %(default)s)")
     show.set_defaults(func=run)
 
 
@@ -144,6 +155,12 @@ def _import_summary(imported: ImportedReference, *, lm_eval: bool = False) -> li
 
 
 def _show(args: argparse.Namespace) -> int:
+    if args.intervals:
+        return _show_intervals(args)
+    given = [flag for flag, on in (("--level", args.level != 0.95), ("--per-model", args.per_model),
+                                   ("--n-resamples", args.n_resamples != 1000), ("--seed", args.seed != 0)) if on]
+    if given:
+        raise InputError("only with --intervals", field=given[0])
     ref = load_reference(args.name, missing=args.missing)
     kind = args.aggregate or ref.manifest.aggregate
     m = ref.manifest
@@ -160,3 +177,37 @@ def _show(args: argparse.Namespace) -> int:
         for what, why in ref.excluded:
             print(f"  {what}: {why}")
     return 0
+
+
+def _show_intervals(args: argparse.Namespace) -> int:
+    """``reference show NAME --intervals``: every model's rank interval, its group, then the groups and a summary."""
+    res = rank_intervals(args.name, confidence_level=args.level, simultaneous=not args.per_model,
+                         aggregate=args.aggregate, missing=args.missing, n_resamples=args.n_resamples, rng=args.seed)
+    for line in format_intervals(res):
+        print(line)
+    return 0
+
+
+def format_intervals(res: RankIntervals) -> list[str]:
+    """The lines ``reference show --intervals`` prints."""
+    how = "simultaneous over all models" if res.simultaneous else "each model on its own"
+    n = res.n_models
+    lines = [f"reference {res.reference}: {n} models; aggregate {res.aggregate}; {res.confidence_level:.0%} rank "
+             f"intervals, {how} (paired bootstrap of examples within each dataset, {res.n_resamples} resamples, "
+             f"seed {res.seed})",
+             f"{'rank':>4}  {'interval':>10}  {'group':>5}  {'model':<44} {res.aggregate:>9}"]
+    lines += [f"{m.rank:>4}  {f'[{m.interval[0]}, {m.interval[1]}]':>10}  {m.group:>5}  {m.model_id:<44} {m.value:>9.4f}"
+              for m in res.models]
+    lines.append(f"groups ({res.n_groups}): blocks of consecutive models whose intervals stay inside the block; the "
+                 "blocks are ordered, the models within one are not (docs/leaderboards.md):")
+    start = 1
+    for g, members in enumerate(res.groups, start=1):
+        end = start + len(members) - 1
+        span = f"rank {start}" if start == end else f"ranks {start}-{end}"
+        shown = ", ".join(members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
+        lines.append(f"  {g}: {span} ({len(members)} model{'s' if len(members) > 1 else ''}): {shown}")
+        start = end + 1
+    w = res.widest
+    lines.append(f"adjacent pairs separable: {res.n_separable_adjacent} of {n - 1}; groups: {res.n_groups}; widest "
+                 f"interval: {w.model_id} rank {w.rank} [{w.interval[0]}, {w.interval[1]}] ({w.width + 1} ranks)")
+    return lines

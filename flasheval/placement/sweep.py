@@ -20,7 +20,7 @@ each round:
 
 The sweep ends when no checkpoint is active or the budget cannot pay for any next look
 (those left are ``unresolved at budget``, with their last interval). The checkpoints' order
-among themselves comes with its own bootstrap intervals (:func:`checkpoint_order`). A one-checkpoint
+among themselves comes with simultaneous rank intervals, the reference's machinery (:func:`checkpoint_order`). A one-checkpoint
 sweep that does not race places its checkpoint exactly as ``place`` does under the same budget.
 
 Resumable: scores go through the run folder's results store
@@ -46,7 +46,8 @@ from flasheval.placement.results import Budget
 from flasheval.placement.scorers import ExampleScorer
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
-from flasheval.stats.bootstrap import control_variate_means, percentile_interval
+from flasheval.stats.bootstrap import control_variate_means
+from flasheval.stats.rank_intervals import rank_intervals_from_replicates
 from flasheval.stats.ranking import aggregate as aggregate_values
 from flasheval.stats.ranking import competition_ranks
 
@@ -254,7 +255,11 @@ def checkpoint_order(
     confidence_level: float,
     seed: int,
 ) -> tuple[OrderEntry, ...]:
-    """The checkpoints' order among themselves, with bootstrap intervals of their ranks.
+    """The checkpoints' order among themselves, with simultaneous intervals of their ranks.
+
+    As the reference's (:func:`flasheval.stats.rank_intervals.rank_intervals_from_replicates`): all pairs compared
+    at once on the replicates of the aggregates; an interval runs from 1 + the checkpoints significantly better to
+    ``n`` - those significantly worse, all holding together at ``confidence_level``.
 
     Each checkpoint's full-data per-dataset means are estimated by the control-variate
     estimator (:func:`flasheval.stats.bootstrap.control_variate_means`, covariate = the pool's
@@ -283,12 +288,12 @@ def checkpoint_order(
     obs_values = aggregate_values(np.array(observed), **options)
     rep_values = aggregate_values(np.stack(replicates, axis=1), **options)  # (n_resamples, n_checkpoints)
     point = competition_ranks(obs_values, higher_is_better=direction)
-    reps = competition_ranks(rep_values, higher_is_better=direction)
-    out = []
-    for i, (model_id, _, _) in enumerate(checkpoints):
-        lo, hi = percentile_interval(reps[:, i].astype(np.float64), confidence_level)
-        out.append(OrderEntry(model_id=model_id, rank=int(point[i]), interval=(min(int(lo), int(point[i])),
-                              max(int(hi), int(point[i]))), value=float(obs_values[i])))
+    if len(checkpoints) == 1:
+        return (OrderEntry(model_id=checkpoints[0][0], rank=1, interval=(1, 1), value=float(obs_values[0])),)
+    found = rank_intervals_from_replicates(obs_values, rep_values, confidence_level=confidence_level,
+                                           higher_is_better=direction)
+    out = [OrderEntry(model_id=model_id, rank=int(point[i]), interval=(int(found.lo[i]), int(found.hi[i])),
+                      value=float(obs_values[i])) for i, (model_id, _, _) in enumerate(checkpoints)]
     return tuple(sorted(out, key=lambda o: (o.rank, o.model_id)))
 
 

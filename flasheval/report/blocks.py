@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Heading", "Paragraph", "Table", "Figure", "Block"]
+__all__ = ["Heading", "Paragraph", "Table", "Figure", "VectorFigure", "Block"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,4 +59,19 @@ class Figure:
             raise ValueError(f"figure {self.name!r} is not a PNG")
 
 
-Block = Heading | Paragraph | Table | Figure
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VectorFigure:
+    """An SVG picture with a caption: inline in the HTML page (its text is text: found, selected, read by a
+    screen reader), a ``.svg`` file beside the Markdown."""
+
+    name: str
+    """File stem (unique within a report)."""
+    svg: str
+    caption: str
+
+    def __post_init__(self) -> None:
+        if not self.svg.lstrip().startswith("<svg"):
+            raise ValueError(f"figure {self.name!r} is not an SVG document")
+
+
+Block = Heading | Paragraph | Table | Figure | VectorFigure

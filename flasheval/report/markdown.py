@@ -1,11 +1,11 @@
-"""Render report blocks as Markdown; figures are written as PNG files beside ``report.md``."""
+"""Render report blocks as Markdown; figures are written as PNG (and SVG) files beside ``report.md``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table
+from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table, VectorFigure
 
 __all__ = ["render_markdown", "render_text"]
 
@@ -38,19 +38,24 @@ def render_markdown(blocks: Sequence[Block], *, figure_dir: str = "figures") -> 
                      "| " + " | ".join("---" for _ in block.header) + " |"]
             lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in block.rows]
             parts.append("\n".join(lines) + "\n")
-        elif isinstance(block, Figure):
-            parts.append(f"![{_cell(block.caption)}]({figure_dir}/{block.name}.png)\n\n*{block.caption}*\n")
+        elif isinstance(block, (Figure, VectorFigure)):
+            suffix = "svg" if isinstance(block, VectorFigure) else "png"
+            parts.append(f"![{_cell(block.caption)}]({figure_dir}/{block.name}.{suffix})\n\n*{block.caption}*\n")
     return "\n".join(parts)
 
 
 def write_figures(blocks: Sequence[Block], folder: Path) -> list[Path]:
-    """Write every figure's PNG into ``folder`` (created); returns the paths."""
+    """Write every figure's PNG (or SVG) into ``folder`` (created); returns the paths."""
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for block in blocks:
         if isinstance(block, Figure):
             path = folder / f"{block.name}.png"
             path.write_bytes(block.png)
+            out.append(path)
+        elif isinstance(block, VectorFigure):
+            path = folder / f"{block.name}.svg"
+            path.write_text(block.svg, encoding="utf-8")
             out.append(path)
     return out
 

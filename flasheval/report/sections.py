@@ -20,7 +20,8 @@ from typing import Any
 from flasheval.errors import FlashevalError
 from flasheval.records import RunRecord
 from flasheval.report import figures
-from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table
+from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table, VectorFigure
+from flasheval.report.rank_figure import pool_intervals, reference_intervals_svg
 
 __all__ = ["KNOWN_KINDS", "evaluate_summary_blocks", "dtype_comparison_blocks", "record_blocks"]
 
@@ -82,6 +83,12 @@ def _place(p: Mapping[str, Any], stem: str) -> list[Block]:
     if p["stages"]:
         out.append(Figure(name=f"{stem}-stages", png=figures.placement_stages(p),
                           caption="Rank interval after each stage against the examples spent (log scale); rank 1 on top."))
+    if p.get("neighbours") is not None and p["rank"] is not None:
+        told = p["neighbours"]
+        out.append(Paragraph(text=(
+            "Told apart from every reference model: its interval is one rank." if not told else
+            f"Cannot be told from {len(told)} reference model{'s' if len(told) > 1 else ''} (its interval leaves its "
+            f"order against each open): {', '.join(told)}.")))
     pool = p.get("leaderboard") or _pool_ranking(p["reference"], {p["model_id"]}, p.get("aggregate"))
     if pool and p["rank"] is not None:
         pairs = [(e[0], e[1]) if isinstance(e, (list, tuple)) else (e["model_id"], e["value"]) for e in pool]
@@ -89,6 +96,16 @@ def _place(p: Mapping[str, Any], stem: str) -> list[Block]:
             pairs, model_id=p["model_id"], rank=int(p["rank"]), interval=p["interval"], value_label="full-data aggregate"),
             caption="The reference leaderboard (full-data aggregate) with the placed model inserted at its rank; "
                     "the shaded band is its rank interval."))
+    intervals = pool_intervals(p["reference"], {p["model_id"]}, p.get("aggregate")) if p["rank"] is not None else None
+    if intervals is not None:
+        placed = {"model_id": p["model_id"], "rank": p["rank"], "interval": p["interval"]}
+        out.append(VectorFigure(name=f"{stem}-intervals", svg=reference_intervals_svg(
+            intervals.to_json()["models"], title=f"{p['reference']} with rank intervals, and {p['model_id']}",
+            confidence_level=intervals.confidence_level, placed=placed),
+            caption=f"Every reference model's {intervals.confidence_level:.0%} rank interval (simultaneous, from "
+                    "the examples' sampling; bands: groups the reference cannot tell apart) and the placed model's "
+                    "interval (red): the reference models whose bars cross the red shade are those it cannot be "
+                    "told from."))
     return out
 
 

@@ -60,10 +60,10 @@ def test_report_writes_markdown_figures_and_one_self_contained_page(run_dir):
     files = render_report(run_dir)
     assert files.kinds == ("backtest", "dior", "place", "sweep")
     names = sorted(p.name for p in files.figures)
-    assert names == ["backtest-adaptive.png", "dior-reliability.png", "place-leaderboard.png", "place-stages.png",
-                     "sweep-intervals.png"]
+    assert names == ["backtest-adaptive.png", "dior-reliability.png", "place-intervals.svg", "place-leaderboard.png",
+                     "place-stages.png", "sweep-intervals.png"]
     for path in files.figures:
-        assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
+        assert path.read_bytes().startswith(b"<svg" if path.suffix == ".svg" else PNG) and path.stat().st_size > 5000
     md = files.markdown.read_text()
     assert all(f"(figures/{n})" in md for n in names)
     assert "| adaptive | 12 | 100.0% |" in md and "| examples | 20 | mean |" in md
