@@ -11,12 +11,13 @@ from typing import Any
 
 from flasheval.engine.base import Backend
 from flasheval.engine.device_map import DeviceMap, ProcessLayout
-from flasheval.engine.distributed import cached_runner, is_main, layout_of, open_shared_store
+from flasheval.engine.distributed import cached_runner, collective, is_main, layout_of, open_shared_store
 from flasheval.engine.in_memory import LoadedModel, in_memory_fingerprint
 from flasheval.engine.specs import ModelSpec, NamedModel
 from flasheval.engine.store import CachedBackend, ResultStore
 from flasheval.engine.weights_digest import note_identity, weights_digest
 from flasheval.errors import InputError
+from flasheval.hashing import stable_hash
 
 __all__ = ["open_backend", "open_model", "behind_store", "open_cached_backend", "n_parameters"]
 
@@ -38,7 +39,7 @@ def open_backend(spec: ModelSpec, **options: Any) -> Backend:
 
 def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "auto", batch_size: int = 32,
                max_length: int | None = None, device_map: DeviceMap | None = None,
-               record_in: Path | None = None, layout: ProcessLayout | None = None) -> Backend:
+               record_in: Path | None = None, state: Any = None) -> Backend:
     """The backend of a spec's model or of a model the caller holds (used as it is).
 
     A spec's model is opened without its weights (:class:`~flasheval.engine.deferred.DeferredBackend`:
@@ -50,12 +51,13 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
     kept, to warn when it held other weights (give it on the process that writes the store only).
     ``device_map`` spreads a spec's model over this replica's devices (:mod:`flasheval.engine.device_map`);
     an in-memory model stays where it is (one already dispatched with a device map is scored as it is).
-    ``layout``: this process among those scoring together (:func:`~flasheval.engine.distributed.layout_of`),
-    for a spec's device.
+    ``state``: the processes scoring together (:func:`~flasheval.engine.distributed.processes`; ``None``: this one):
+    a spec's device follows this process's place among them (:func:`~flasheval.engine.distributed.layout_of`); an
+    in-memory model's digest is agreed on by all of them (each digests the shard it holds: see :func:`_agreed`).
     """
     if isinstance(model, NamedModel):
         return _deferred(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length,
-                         device_map=device_map, layout=layout)
+                         device_map=device_map, layout=layout_of(state))
     if device_map is not None:
         raise InputError("an in-memory model runs where it is: load it with device_map= yourself",
                          field="--device-map")
@@ -72,7 +74,7 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
     key = {"max_length": length, "scoring_version": SCORING_VERSION}
     digest = None
     if model.identity is not None:  # without one the results serve this call only: nothing to tell apart
-        digest = weights_digest(model.model)
+        digest = _agreed(weights_digest(model.model), state)
         if record_in is not None:
             note_identity(record_in, model.identity, digest)
     # No previous key: results stored before the weights' digest was part of the key cannot say which weights
@@ -114,6 +116,20 @@ def behind_store(backend: Backend, store_dir: Path, state: Any = None, *,
     return cached_runner(backend, store_dir, state, progress=progress)
 
 
+def _agreed(digest: str, state: Any) -> str:
+    """One digest for every process scoring together: this one's when all agree (replicas of the same weights,
+    as under DDP, key as one process would), else a hash of every process's in rank order (shards: a change
+    to any of them is another key). Collective when ``state`` has several processes."""
+    if state is None or state.num_processes == 1:
+        return digest
+    import torch.distributed as dist
+
+    everyone: list[Any] = [None] * state.num_processes
+    with collective(state, "agreeing on the digest of the weights"):
+        dist.all_gather_object(everyone, digest)
+    return digest if len(set(everyone)) == 1 else stable_hash(everyone, n_chars=len(digest))
+
+
 def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str, device: str = "auto",
                         batch_size: int = 32, max_length: int | None = None, state: Any = None,
                         device_map: DeviceMap | None = None) -> tuple[CachedBackend, ResultStore, Any]:
@@ -125,7 +141,7 @@ def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dty
     """
     backend = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length,
                          device_map=device_map, record_in=store_dir if is_main(state) else None,
-                         layout=layout_of(state))
+                         state=state)
     cached, store = behind_store(backend, store_dir, state)
     return cached, store, backend
 

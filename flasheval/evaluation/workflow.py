@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from flasheval.engine.device_map import DeviceMap
-from flasheval.engine.distributed import is_main, layout_of, processes
+from flasheval.engine.distributed import is_main, processes
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.engine.loading import n_parameters, open_model
 from flasheval.engine.specs import NamedModel
@@ -185,7 +185,7 @@ def _score(job: EvaluationJob, state: Any, report: Report, on_backend: Callable[
         # (a spec's weights load on the first request not stored)
         backend = open_model(model, dtype=job.dtype, device=job.device, batch_size=job.batch_size,
                              max_length=job.max_length, device_map=job.device_map,
-                             record_in=store_dir if is_main(state) else None, layout=layout_of(state))
+                             record_in=store_dir if is_main(state) else None, state=state)
         open_seconds = time.perf_counter() - load_started
         on_backend(backend)
         check_resolved_dtype(job.compare_dtype, backend.info.dtype)  # auto made concrete
@@ -210,7 +210,7 @@ def _score(job: EvaluationJob, state: Any, report: Report, on_backend: Callable[
                                    store_dir=store_dir, state=state, progress_bar=job.progress_bar,
                                    open_options={"device": job.device, "batch_size": job.batch_size,
                                                  "max_length": job.max_length, "device_map": job.device_map,
-                                                 "layout": layout_of(state)})
+                                                 "state": state})
     return _Scored(backend=backend, per_task=per_task, flat=flat, results=results, counts=counts,
                    model_loaded=model_loaded, other=other,
                    load_seconds=open_seconds + backend.info.load_seconds)

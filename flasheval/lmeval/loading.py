@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine.device_map import DeviceMap
-from flasheval.engine.distributed import is_main, layout_of
+from flasheval.engine.distributed import is_main
 from flasheval.engine.in_memory import LoadedModel
 from flasheval.engine.loading import behind_store, n_parameters, open_model
 from flasheval.engine.specs import NamedModel
@@ -66,7 +66,7 @@ def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype
         length = resolve_lmeval_max_length(model.spec)
     hf = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=length + 1,
                     device_map=device_map, record_in=store_dir if is_main(state) else None,
-                    layout=layout_of(state))
+                    state=state)
     cached, store = behind_store(LmEvalConventionBackend(hf, max_length=length), store_dir, state)
     main = is_main(state)
     lm = FlashevalLM(cached, tokenizer=hf.tokenizer,  # type: ignore[attr-defined]
