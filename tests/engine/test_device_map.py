@@ -296,9 +296,13 @@ def test_every_command_that_loads_a_model_takes_and_checks_the_options(argv, tin
 
 
 @pytest.mark.slow
-def test_a_gguf_file_takes_a_device_map(smollm_path, smollm_backend, tmp_path):
-    """transformers dequantizes a GGUF, then accelerate places it: disk offload needs the offload folder."""
+def test_a_gguf_file_takes_a_device_map(smollm_path, smollm_backend, tmp_path, monkeypatch):
+    """transformers dequantizes a GGUF, then accelerate places it: disk offload needs the offload folder.
+    (From the GGUF file itself: a converted folder in the GGUF cache offloads from its own safetensors.)"""
+    from flasheval.engine.gguf_cache import GGUF_CACHE_ENV
     from flasheval.engine.hf_loading import load_hf_backend
+
+    monkeypatch.setenv(GGUF_CACHE_ENV, "off")
 
     placement = device_map_from("auto", max_memory="cpu=200MB", offload_folder=tmp_path / "off")
     backend = load_hf_backend(str(smollm_path.parent), gguf_file=smollm_path.name, dtype="float32", batch_size=16,
