@@ -70,7 +70,8 @@ def train(mode: str, root: Path, reference, plan, tokenizer, data) -> None:
     args = TrainingArguments(output_dir=str(root / mode), max_steps=STEPS, per_device_train_batch_size=2,
                              learning_rate=3e-3, lr_scheduler_type="constant", logging_steps=5,
                              save_strategy="steps", save_steps=PLACE_EVERY, save_only_model=True, use_cpu=True,
-                             report_to="none", disable_tqdm=True, seed=0, dataloader_num_workers=0)
+                             report_to="none", disable_tqdm=True, seed=0, dataloader_num_workers=0,
+                             ddp_find_unused_parameters=False)
     placement = PlacementCallback(reference, run=root / "runs" / mode, every=PLACE_EVERY, distributed=mode,
                                   plan=plan)
     seen = logged_metrics_callback()

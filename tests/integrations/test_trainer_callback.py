@@ -121,6 +121,29 @@ def test_the_callback_places_at_steps_and_saves_and_logs_through_the_trainer(tmp
     assert trainer.model.training
 
 
+def test_a_model_wrapped_in_ddp_is_placed_unwrapped(world, tmp_path):
+    # A one-process gloo group made (and destroyed) by this test; the callback is handed the DDP wrapper.
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from flasheval.integrations.transformers import PlacementCallback
+
+    placement = PlacementCallback(world["reference"], run=tmp_path / "run", every=1, plan=world["plan"])
+    trainer = _trainer(tmp_path, [placement])
+    placement.set_trainer(trainer)
+    trainer.state.global_step = 1
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        wrapped = DistributedDataParallel(trainer.model)
+        placement.on_step_end(trainer.args, trainer.state, trainer.control, model=wrapped,
+                              processing_class=trainer.processing_class)
+    finally:
+        dist.destroy_process_group()
+    bare = flasheval.place(trainer.model, world["reference"], tokenizer=trainer.processing_class, plan=world["plan"])
+    assert placement.placements[1].placement.to_json()["stages"] == bare.placement.to_json()["stages"]
+    assert trainer.state.log_history[-1]["flasheval/rank"] == bare.rank
+
+
 def test_an_unbound_callback_refuses_to_train(tmp_path):
     from flasheval.integrations.transformers import PlacementCallback
 
