@@ -5,6 +5,8 @@ One function per job (keyword-only options, one result object each, ``progress=`
 * ``place(model, reference, *, plan="default", budget=None, seed=None, ...) -> PlaceRun`` — where one model
   stands, from escalating nested subsamples, with its rank's interval and the compute saved;
 * ``sweep(models, reference, *, budget, ...) -> SweepRun`` — many checkpoints under one total budget;
+* ``place_checkpoint(model, *, run, step, ...) -> PlaceRun`` — one checkpoint of a training run into its run
+  folder (the hook for training loops); ``read_run(run) -> RunHistory`` reads the folder back;
 * ``evaluate(model, *, tasks=..., suites=..., task_dir=...) -> EvaluationRun`` — DCLM / Gadre scores;
 * ``backtest(reference, plan) -> BacktestRun`` — leave-one-out reliability of placement on a reference;
 * ``build_reference(models, *, name, ...) -> BuiltReference`` — a live reference from real models;
@@ -54,11 +56,15 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to
         EvaluationRun,
         PlaceRun,
         Progress,
+        RunCheckpoint,
+        RunHistory,
         SweepRun,
         backtest,
         build_reference,
         evaluate,
         place,
+        place_checkpoint,
+        read_run,
         sweep,
     )
     from flasheval.engine.in_memory import LoadedModel
@@ -73,6 +79,10 @@ _LAZY: dict[str, tuple[str, str]] = {
     "PlaceRun": ("flasheval.api", "PlaceRun"),
     "sweep": ("flasheval.api", "sweep"),
     "SweepRun": ("flasheval.api", "SweepRun"),
+    "place_checkpoint": ("flasheval.api", "place_checkpoint"),
+    "read_run": ("flasheval.api", "read_run"),
+    "RunHistory": ("flasheval.api", "RunHistory"),
+    "RunCheckpoint": ("flasheval.api", "RunCheckpoint"),
     "evaluate": ("flasheval.api", "evaluate"),
     "EvaluationRun": ("flasheval.api", "EvaluationRun"),
     "backtest": ("flasheval.api", "backtest"),

@@ -58,7 +58,7 @@ def test_in_memory_placement_from_a_training_loop_equals_the_cli_on_saved_weight
     assert main(["place", "--model", f"final=hf:{tmp_path / 'final'}", "--reference", str(reference),
                  "--tiers", str(tmp_path / "plan.yaml"), "--device", "cpu", "--output", str(out)]) == 0
     cli = read_record(out / "place.json").payload
-    memory = read_record(tmp_path / "place-step-6" / "place.json").payload
+    memory = read_record(tmp_path / "demo-run" / "checkpoints" / "step-6" / "place.json").payload
     returned = json.loads(json.dumps(last.to_json()))
     assert memory == returned | {"live": memory["live"]}  # the record written is the result returned
     for key in ("rank", "interval", "tier", "status", "stages", "compute"):

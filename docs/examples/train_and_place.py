@@ -3,10 +3,12 @@
 A tiny random Llama is built in code and "trained" for a few steps on byte text; every
 ``PLACE_EVERY`` steps it is placed on a small live reference built in this same script from
 three other tiny models (DCLM-format tasks copa and winograd, 12 examples each). Nothing is
-written to disk for the model being trained: ``flasheval.place`` takes the model object and its
-tokenizer, scores it in eval mode under ``torch.inference_mode()`` and hands it back in train
-mode; its stored results are keyed by the identity given (run name and step), so rerunning the
-script resumes instead of recomputing.
+written to disk for the model being trained: ``flasheval.place_checkpoint`` (the hook for training
+loops) takes the model object, its tokenizer, the run folder and the step, scores the model in eval
+mode under ``torch.inference_mode()`` and hands it back in train mode. Every placement lands in the
+run folder ``WORK_DIR/demo-run`` (``run.json``, ``checkpoints/step-<N>/place.json``, one results store
+keyed by the identity ``demo-run/step-<N>``), so rerunning the script resumes instead of recomputing,
+and ``flasheval report WORK_DIR/demo-run`` draws rank against step.
 
 Run: ``python docs/examples/train_and_place.py [TASK_DIR] [WORK_DIR]`` (default ``../shared/data/tasks``
 and a temporary folder). ``tests/test_api_docs.py`` runs it and checks that the last in-memory
@@ -98,8 +100,8 @@ def main(task_dir: Path, root: Path) -> dict[int, flasheval.PlaceRun]:
         optimizer.step()
         optimizer.zero_grad()
         if step % PLACE_EVERY == 0:
-            run = flasheval.place(model, reference, tokenizer=tokenizer, identity=f"demo-run/step-{step}", plan=plan,
-                                  output=root / f"place-step-{step}")
+            run = flasheval.place_checkpoint(model, run=root / "demo-run", step=step, tokenizer=tokenizer,
+                                             reference=reference, plan=plan)
             assert model.training, "place hands the model back in the mode it came in"
             placements[step] = run
             print(f"step {step}: loss {loss.item():.3f}, rank {run.rank} of {run.placement.n_models + 1}, "

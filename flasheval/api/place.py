@@ -149,6 +149,7 @@ def place(
     num_fewshot: int | None = None,
     engine: EngineOptions | None = None,
     output: str | Path | None = None,
+    store: str | Path | None = None,
     progress: ProgressCallback | None = None,
 ) -> PlaceRun:
     """Place ``model`` on ``reference`` by escalating nested subsamples; stop when its tier's resolution is met.
@@ -193,6 +194,10 @@ def place(
     output
         Folder for the results store (``store/``) and the record (``place.json``). ``None``: a temporary
         store for this call and no record. In-memory models without an identity always use a temporary store.
+    store
+        Live models: the results store's folder (default ``OUTPUT/store``; without ``output``, a temporary
+        one). Several placements may share one store (a run folder's checkpoints do,
+        :func:`flasheval.place_checkpoint`): results are keyed by each model's fingerprint.
     progress
         Called with a :class:`~flasheval.api.progress.Progress` when the model is ready, when its weights load
         (live: only when a request is not in the store), and as every stage finishes.
@@ -209,7 +214,7 @@ def place(
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity)
     if isinstance(resolved, ReplayModel):
         refuse_live_options("models only (replay: serves recorded scores)", task_dir=task_dir,
-                            include_path=include_path, num_fewshot=num_fewshot)
+                            include_path=include_path, num_fewshot=num_fewshot, store=store)
         engine.refuse(REPLAY, *engine.given())
         return _place_replay(resolved, reference, plan=plan, budget=budget, seed=seed, aggregate=aggregate,
                              missing=missing, n_parameters=n_parameters, output=output, report=report)
@@ -229,9 +234,10 @@ def place(
         prepare_output(output, record=RECORD_FILE, note=report.is_main)
     start = time.perf_counter()
     with ExitStack() as stack:
-        transient = output is None or (isinstance(resolved, LoadedModel) and resolved.identity is None)
+        transient = ((output is None and store is None)
+                     or (isinstance(resolved, LoadedModel) and resolved.identity is None))
         store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-store-"))) if transient \
-            else Path(output) / "store"
+            else Path(output) / "store" if store is None else Path(store)
         opened = setup.open(resolved, store_dir, options=options, state=state, n_params=n_parameters)
         stack.callback(opened.close)
         watch_load(report, opened.backend, resolved.model_id)  # the weights load on the first request not stored

@@ -1,0 +1,227 @@
+"""``flasheval.place_checkpoint`` and ``flasheval.read_run``: every placement of a training run in one run folder.
+
+The generic hook for training code: call :func:`place_checkpoint` with the model (in memory or saved),
+the run folder and the step, and get the :class:`~flasheval.api.place.PlaceRun`; the Trainer callback and
+the checkpoint watcher (:func:`flasheval.watch`) are built on it. The folder's layout, its lock and its
+settings check are :mod:`flasheval.placement.run_folder`; :func:`read_run` reads it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from flasheval.api.models import ReplayModel, resolve_model
+from flasheval.api.options import engine_options
+from flasheval.api.place import PlaceRun, place
+from flasheval.api.resolve import live_options, resolve_plan, resolve_reference
+from flasheval.checks import check_count
+from flasheval.engine.in_memory import LoadedModel, is_transformers_model
+from flasheval.errors import InputError
+from flasheval.placement.live_scoring import prepare_scoring
+from flasheval.placement.run_coverage import split_level
+from flasheval.placement.run_folder import (
+    STORE_DIR,
+    RunCheckpoint,
+    RunHistory,
+    check_settings,
+    fix_settings,
+    hold_run,
+    read_run,
+    read_settings,
+    record_fingerprint,
+    record_path,
+)
+from flasheval.placement.tiers import TierPlan
+from flasheval.records import prepare_output, read_record, write_record
+from flasheval.reference import ReferenceLeaderboard
+
+__all__ = ["place_checkpoint", "read_run", "RunHistory", "RunCheckpoint"]
+
+logger = logging.getLogger(__name__)
+
+_RUN_DECIDES = ("output", "store", "reference")
+
+
+def _check_step(step: object) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise InputError(f"must be an integer >= 0, got {step!r}", field="step")
+    return step
+
+
+def _run_folder(run: object) -> Path:
+    if not isinstance(run, (str, Path)) or not str(run).strip():
+        raise InputError(f"expected a run folder (str or Path), got {run!r}", field="run")
+    return Path(run)
+
+
+def _is_writer(distributed: object) -> bool:
+    """Whether this process writes the run folder: always, unless every process of a group places together
+    (``distributed="all"``), where only rank 0 of the caller's group does (the group is read, never made)."""
+    if distributed != "all":
+        return True
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def _source(reference: Any, ref: ReferenceLeaderboard) -> str:
+    """How a later placement finds the run's reference: the folder given, else the name given, else the loaded one's."""
+    if isinstance(reference, (str, Path)):
+        return str(Path(reference).resolve()) if Path(reference).exists() else str(reference)
+    return str(ref.path) if ref.path is not None else ref.name
+
+
+def _run_payload(name: str, ref: ReferenceLeaderboard, source: str, plan: TierPlan, level: float, model: Any,
+                 simultaneous: int | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``run.json``'s payload for this placement: the settings every checkpoint of the run must share."""
+    if isinstance(model, ReplayModel):
+        seed, dtype, engine = kwargs.get("seed") or 0, None, "replay"
+    else:
+        options = live_options(seed=kwargs.get("seed"), task_dir=kwargs.get("task_dir"),
+                               include_path=kwargs.get("include_path"), num_fewshot=kwargs.get("num_fewshot"),
+                               engine=engine_options(kwargs.get("engine")))
+        setup = prepare_scoring(ref, options)
+        seed, dtype, engine = setup.seed, setup.dtype, setup.engine
+    n_pool = ref.n_models - (model.model_id in ref.model_ids)
+    tiers = plan.for_pool(n_pool + 1).tiers
+    settings = {"reference": ref.name, "plan": plan.name, "confidence_level": plan.confidence_level, "seed": seed,
+                "dtype": dtype, "engine": engine, "aggregate": kwargs.get("aggregate"),
+                "missing": kwargs.get("missing", "complete-models"), "simultaneous": simultaneous}
+    return {"name": name, "reference_source": source,
+            "settings": settings, "plan_level": level,
+            "tiers": [{"first": t.first, "last": t.last, "resolution": t.resolution} for t in tiers]}
+
+
+def _model(model: Any, tokenizer: Any, identity: str | None, default: str) -> Any:
+    """The model resolved; an in-memory one keyed by ``identity`` (given, else the run's ``NAME/step-N``)."""
+    if is_transformers_model(model):
+        return resolve_model(model, tokenizer=tokenizer, identity=identity or default)
+    resolved = resolve_model(model, tokenizer=tokenizer, identity=identity)
+    if isinstance(resolved, LoadedModel) and resolved.identity is None:
+        return replace(resolved, identity=default)
+    return resolved
+
+
+def _keep_record(run: Path, step: int, placed: PlaceRun) -> PlaceRun:
+    """Write step ``step``'s record; the same model placed again keeps the record it has."""
+    path = record_path(run, step)
+    payload = placed.to_json()
+    if path.is_file():
+        try:
+            before = record_fingerprint(read_record(path).payload)
+        except InputError as exc:
+            before = None
+            logger.warning("note: %s; the step's record is replaced", exc)
+        now = record_fingerprint(payload)
+        if before == now:
+            logger.info("step %d of run %s: the same model as its record (%s); record kept", step, run, now)
+            return replace(placed, record_path=path)
+        if before is not None:
+            logger.warning("note: step %d of run %s was placed before with other weights (fingerprint %s, now %s): "
+                           "its record is replaced", step, run, before[:12], now[:12])
+    return replace(placed, record_path=write_record(path, kind="place", payload=payload))
+
+
+def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any = None, tokenizer: Any = None,
+                     simultaneous: int | None = None, **place_kwargs: Any) -> PlaceRun:
+    """Place one checkpoint of a training run into the run's folder: the hook for hand-written training loops.
+
+    Every placement of a run lands in one folder (:mod:`flasheval.placement.run_folder`): ``run.json`` (the
+    run's settings, fixed by its first placement), ``checkpoints/step-<N>/place.json`` (each checkpoint's
+    record) and one results store, ``store/``. The process that writes holds the folder's lock while it places.
+
+    Parameters
+    ----------
+    model
+        As for :func:`flasheval.place`: a loaded ``transformers`` model (with ``tokenizer=``), a
+        :class:`~flasheval.engine.in_memory.LoadedModel`, or a spec (``hf:PATH``, ``gguf:FILE``, ``replay:ID``).
+    run
+        The run folder (created on the first placement). Its name names the run.
+    step
+        The training step (an integer >= 0).
+    reference
+        Reference name, folder or object; default: the run's (given to its first placement).
+    tokenizer
+        In-memory models: the tokenizer.
+    simultaneous
+        The planned number of checkpoints K of the run: each is placed at level ``1 - (1 - L) / K``
+        (:func:`~flasheval.placement.run_coverage.split_level`), so the run's K intervals cover together
+        with probability at least ``L``. ``None``: each checkpoint's interval at the plan's level ``L``.
+    **place_kwargs
+        Every other keyword of :func:`flasheval.place` (``plan``, ``budget``, ``seed``, ``engine``,
+        ``progress``, ``task_dir``, ``identity``, ...), forwarded unchanged; not ``output`` or ``store``
+        (the run folder holds both). In-memory models get ``identity=f"{run name}/step-{step}"`` unless given.
+
+    Returns
+    -------
+    PlaceRun
+        ``record_path`` is the step's record (``None`` on the processes of a ``distributed="all"`` group
+        other than rank 0, which write nothing).
+
+    Raises
+    ------
+    InputError
+        A setting differs from the run's (reference, plan, confidence level, seed, dtype, engine, aggregate,
+        missing, simultaneous): one line naming it and both values; bad values as :func:`flasheval.place`.
+
+    Notes
+    -----
+    A step already in the run is placed again through the run's store: the same model (same fingerprint)
+    is answered by the store without scoring and its record is kept; other weights (a restarted run
+    reproducing a step) are scored and replace the step's record, which a warning says. After a crash the
+    finished checkpoints' records are kept and the store keeps every finished result: placing the
+    interrupted step again computes only what is missing. Under ``distributed="all"`` every process of the
+    group calls it; a run folder on storage they share lets each check the run's settings.
+
+    Examples
+    --------
+    A training loop placing its model every 1000 steps::
+
+        for step, batch in enumerate(loader, start=1):
+            loss = model(**batch).loss
+            loss.backward(); optimizer.step(); optimizer.zero_grad()
+            if step % 1000 == 0:
+                placed = flasheval.place_checkpoint(model, run="runs/my-run", step=step, tokenizer=tokenizer,
+                                                    reference="my-reference", plan="default")
+                print(step, placed.rank, placed.interval)
+
+    ``flasheval report runs/my-run`` then draws rank against step.
+    """
+    folder = _run_folder(run)
+    step = _check_step(step)
+    if simultaneous is not None:
+        check_count(simultaneous, field="simultaneous")
+    for name in _RUN_DECIDES[:2]:
+        if name in place_kwargs:
+            raise InputError("set by the run folder (its step's record and its shared store); give run= only",
+                             field=name)
+    saved = read_settings(folder)
+    name = saved["name"] if saved is not None else folder.resolve().name
+    if reference is None:
+        if saved is None:
+            raise InputError("the first placement of a run needs its reference", field="reference")
+        reference = saved["reference_source"]
+    ref = resolve_reference(reference, missing=place_kwargs.get("missing", "complete-models"))
+    resolved = _model(model, tokenizer, place_kwargs.pop("identity", None), f"{name}/step-{step}")
+    plan = resolve_plan(place_kwargs.pop("plan", "default"))
+    split = plan if simultaneous is None else split_level(plan, simultaneous)
+    payload = _run_payload(name, ref, _source(reference, ref), split, plan.confidence_level, resolved, simultaneous,
+                           place_kwargs)
+    writer = _is_writer(place_kwargs.get("distributed"))
+    with ExitStack() as stack:
+        if writer:
+            prepare_output(folder, field="run")
+            stack.callback(os.close, hold_run(folder))
+            fix_settings(folder, payload)
+        elif saved is not None:
+            check_settings(folder, saved, payload)
+        store = None if isinstance(resolved, ReplayModel) else folder / STORE_DIR
+        placed = place(resolved, ref, plan=split, store=store, **place_kwargs)
+        if not writer:
+            return placed
+        return _keep_record(folder, step, placed)

@@ -1,0 +1,119 @@
+"""One record per run: ``place_checkpoint`` into a run folder, ``read_run`` back, settings fixed by the first.
+
+Replayed reference models stand in for checkpoints here (no weights, seconds per placement); the live
+path (in-memory models, a shared results store, the watcher) is tested in ``tests/test_watch.py`` and
+``tests/test_api_docs.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+import flasheval
+from flasheval.placement.run_coverage import split_level
+from flasheval.records import read_record
+
+A, B = "replay:meta/llama-3-70b", "replay:meta/llama-3-8b"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """Two checkpoints placed into one run: steps 100 (model A) and 200 (model B)."""
+    run = tmp_path_factory.mktemp("runs") / "my-run"
+    flasheval.place_checkpoint(A, run=run, step=100, reference="helm_lite")
+    flasheval.place_checkpoint(B, run=run, step=200)  # the run's reference, from run.json
+    return run
+
+
+def test_every_placement_lands_in_the_run_folder_and_reads_back_by_step(run_dir):
+    history = flasheval.read_run(run_dir)
+    assert history.name == "my-run" and history.reference == "helm_lite" and history.plan == "default"
+    assert [c.step for c in history.checkpoints] == [100, 200]
+    for checkpoint, model in zip(history.checkpoints, ("meta/llama-3-70b", "meta/llama-3-8b")):
+        alone = flasheval.place(f"replay:{model}", "helm_lite")  # the same placement outside any run
+        assert checkpoint.model == model
+        assert (checkpoint.rank, checkpoint.interval, checkpoint.tier) == (alone.rank, alone.interval,
+                                                                          alone.placement.tier)
+        assert checkpoint.examples == alone.placement.compute.n_examples
+        assert checkpoint.full_examples == alone.placement.compute.full_examples
+        assert read_record(checkpoint.record_path).payload == json.loads(json.dumps(alone.to_json()))
+    plan = flasheval.load_plan("default").for_pool(flasheval.load_reference("helm_lite").n_models)
+    assert [t.first for t in history.tiers] == [t.first for t in plan.tiers]
+    assert history.settings["seed"] == 0 and history.simultaneous is None and history.level == 0.95
+
+
+@pytest.mark.parametrize(("options", "field", "values"), [
+    ({"seed": 3}, "seed", "seed 0, this one with 3"),
+    ({"plan": "lean"}, "plan", "plan 'default', this one with 'lean'"),
+    ({"simultaneous": 4}, "simultaneous", "simultaneous None, this one with 4"),
+    ({"missing": "common-datasets"}, "missing", "'complete-models', this one with 'common-datasets'"),
+])
+def test_a_later_placement_with_other_settings_is_refused_naming_the_field_and_both_values(run_dir, options, field,
+                                                                                           values):
+    with pytest.raises(flasheval.InputError) as caught:
+        flasheval.place_checkpoint(A, run=run_dir, step=300, **options)
+    message = str(caught.value)
+    assert f"field '{field}'" in message and values in message and "\n" not in message
+    assert not (run_dir / "checkpoints" / "step-300").exists()
+
+
+def test_a_step_placed_again_keeps_its_record_for_the_same_model_and_replaces_it_for_another(run_dir, caplog):
+    path = run_dir / "checkpoints" / "step-100" / "place.json"
+    before = path.read_bytes()
+    again = flasheval.place_checkpoint(A, run=run_dir, step=100)
+    assert again.record_path == path and path.read_bytes() == before  # same model: record kept as it was
+    with caplog.at_level(logging.WARNING):
+        other = flasheval.place_checkpoint(B, run=run_dir, step=100)
+    assert "step 100" in caplog.text and "other weights" in caplog.text and "replaced" in caplog.text
+    assert read_record(path).payload["model_id"] == "meta/llama-3-8b" and other.record_path == path
+    flasheval.place_checkpoint(A, run=run_dir, step=100)  # back as it was for the other tests
+    assert read_record(path).payload["model_id"] == "meta/llama-3-70b"
+
+
+def test_simultaneous_coverage_splits_the_level_and_is_recorded(tmp_path):
+    run = tmp_path / "k-run"
+    placed = flasheval.place_checkpoint(B, run=run, step=1, reference="helm_lite", simultaneous=5)
+    expected = split_level(flasheval.load_plan("default"), 5).confidence_level
+    assert placed.placement.confidence_level == pytest.approx(expected) and expected > 0.95
+    history = flasheval.read_run(run)
+    assert history.simultaneous == 5 and history.level == pytest.approx(expected)
+    assert read_record(run / "run.json").payload["plan_level"] == 0.95
+    with pytest.raises(flasheval.InputError, match="field 'simultaneous': .* 5, this one with 3"):
+        flasheval.place_checkpoint(B, run=run, step=2, simultaneous=3)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"step": -1}, "field 'step': must be an integer >= 0, got -1"),
+    ({"step": True}, "field 'step': must be an integer >= 0, got True"),
+    ({"step": 1, "simultaneous": 0}, "field 'simultaneous': must be an integer >= 1, got 0"),
+    ({"step": 1, "output": "x"}, "field 'output': set by the run folder"),
+    ({"step": 1}, "field 'reference': the first placement of a run needs its reference"),
+])
+def test_bad_arguments_are_one_line(tmp_path, kwargs, message):
+    with pytest.raises(flasheval.InputError, match=message):
+        flasheval.place_checkpoint(A, run=tmp_path / "r", **kwargs)
+    assert not (tmp_path / "r" / "run.json").exists()
+
+
+def test_a_malformed_record_is_one_line_naming_file_and_field(tmp_path, run_dir):
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(run_dir, run)
+    path = run / "checkpoints" / "step-200" / "place.json"
+    data = json.loads(path.read_text())
+    del data["payload"]["compute"]["n_examples"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(flasheval.InputError, match=r"step-200/place.json: field 'payload.compute.n_examples': missing"):
+        flasheval.read_run(run)
+    data = json.loads((run / "run.json").read_text())
+    data["payload"]["settings"]["confidence_level"] = "high"
+    (run / "run.json").write_text(json.dumps(data))
+    with pytest.raises(flasheval.InputError,
+                       match=r"run.json: field 'payload.settings.confidence_level': expected float or int"):
+        flasheval.read_run(run)
+    with pytest.raises(flasheval.InputError, match="not a run folder"):
+        flasheval.read_run(tmp_path)
