@@ -85,7 +85,7 @@ def _trainer(tmp_path, callbacks, **args):
                    callbacks=callbacks)
 
 
-def test_the_callback_places_at_steps_and_saves_and_logs_through_the_trainer(tmp_path, monkeypatch):
+def test_the_callback_places_at_steps_and_saves_and_logs_through_the_trainer(world, tmp_path, monkeypatch):
     from transformers.integrations import integration_utils
 
     from flasheval.integrations.transformers import PlacementCallback
