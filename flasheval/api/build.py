@@ -20,7 +20,7 @@ from typing import Any
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.checks import check_dtype, check_n_examples, check_seed
-from flasheval.engine.distributed import launch_state, shutdown
+from flasheval.engine.distributed import check_distributed, is_main, processes
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
 from flasheval.placement.build_setups import LmEvalTaskBuild, TaskFileBuild
@@ -111,6 +111,7 @@ def build_reference(
     force: bool = False,
     argv: Sequence[str] | None = None,
     progress: ProgressCallback | None = None,
+    distributed: str = "main",
 ) -> BuiltReference:
     """Score every model on the same examples and write the reference ``name``.
 
@@ -142,7 +143,19 @@ def build_reference(
         Called with a :class:`~flasheval.api.progress.Progress` when the build starts and as each model is
         scored (step ``model``: models done and in all, its seconds; a model every request of which is in
         the store is never loaded).
+    distributed
+        ``"main"`` (default): only the calling process scores; no collective, ``torch.distributed`` untouched, so
+        rank 0 of a training job may call alone while the others carry on. ``"all"``: every process of the
+        caller's default ``torch.distributed`` group makes this same call; the work is split across them and every
+        process gets the same result (refused in one line when no group is initialised). See docs/engine.md,
+        "Several processes".
+
+    Distributed
+    -----------
+    Collective with ``distributed="all"`` (every process must call, with the same arguments); with ``"main"`` no
+    collective at all. Only the main process writes the reference and the build log; the others return ``reference=None`` once it is written.
     """
+    check_distributed(distributed)
     if task_engine not in ENGINES:
         raise InputError(f"unknown engine {task_engine!r}", field="--engine", allowed=ENGINES)
     check_n_examples(n_examples)
@@ -170,15 +183,16 @@ def build_reference(
                                  num_fewshot=num_fewshot, metric=metric, n_examples=n_examples, seed=seed, dtype=dtype,
                                  prefix_space=prefix_space)
     _check_writable(out, work)
-    state = launch_state()
-    report.is_main = state is None or state.is_main_process
+    state = processes(distributed)
+    report.is_main = is_main(state)
     report("start", f"building {name}: {len(named)} models x {setup.describe_tasks()}")
     result = build_models(setup, named, store_dir=work / "store", state=state, on_model=_model_reporter(report),
                           options=LiveOptions(device=device, batch_size=batch_size, device_map=placement))
     log = None
     if report.is_main:
         log = write_build(out, result, setup, name=name, work_dir=work, built_with=recorded)
-    shutdown(state)  # only the main process wrote; the others wait for it here
+    if state is not None:
+        state.wait_for_everyone("waiting for the main process to write the reference")
     return BuiltReference(path=out, reference=load_reference(out) if report.is_main else None, seconds=result.seconds,
                           computed=result.computed, store_dir=work / "store", log_path=log)
 

@@ -18,6 +18,7 @@ from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter, watch_load
 from flasheval.api.resolve import REPLAY, refuse_live_options
 from flasheval.checks import check_n_examples, check_seed, name_list
+from flasheval.engine.distributed import check_distributed
 from flasheval.engine.in_memory import LoadedModel
 from flasheval.engine.specs import NamedModel, check_model_files
 from flasheval.errors import InputError
@@ -57,6 +58,7 @@ def evaluate(
     progress: ProgressCallback | None = None,
     progress_bar: bool | None = None,
     compare_dtype: str | None = None,
+    distributed: str = "main",
 ) -> EvaluationRun:
     """Score ``tasks`` and whole ``suites`` (and held-out text) with ``model``.
 
@@ -104,11 +106,23 @@ def evaluate(
         ``dtype_comparison`` block: per task, predictions that flip and the largest / median per-choice
         |delta log-likelihood| (:mod:`flasheval.evaluation.dtype_comparison`). ``hf:`` / ``gguf:`` models only, in
         another dtype than the run's.
+    distributed
+        ``"main"`` (default): only the calling process scores; no collective, ``torch.distributed`` untouched, so
+        rank 0 of a training job may call alone while the others carry on. ``"all"``: every process of the
+        caller's default ``torch.distributed`` group makes this same call; the work is split across them and every
+        process gets the same result (refused in one line when no group is initialised). See docs/engine.md,
+        "Several processes".
 
     A spec's weights load only when a request is missing from the store: a rerun the store answers
     entirely loads nothing (``load_seconds`` 0, no rates). Rates (``examples_per_second``,
     ``tokens_per_second``, ``flops_per_second``) count only what was computed and the time it took.
+
+    Distributed
+    -----------
+    Collective with ``distributed="all"`` (every process must call, with the same arguments); with ``"main"`` no
+    collective at all. Only the main process writes ``output``; the others return the same records with ``is_main_process`` false. A ``replay:`` model runs nothing and no collective in either mode.
     """
+    check_distributed(distributed)
     report = Reporter(progress)
     engine = engine_options(engine)
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity, check_files=False)
@@ -152,7 +166,7 @@ def evaluate(
                         format=format, store=None if store is None else Path(store), dtype=dtype,
                         device=engine.device or "auto", batch_size=engine.batch_size or 32,
                         max_length=engine.max_length, device_map=engine.placement, compare_dtype=compare_dtype,
-                        progress_bar=progress_bar)
+                        progress_bar=progress_bar, distributed=distributed)
     return run_evaluation(job, report=report, on_backend=lambda backend: watch_load(report, backend,
                                                                                    resolved.model_id))
 

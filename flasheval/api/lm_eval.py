@@ -2,8 +2,8 @@
 
 The one path behind ``flasheval lm-eval``: lm-eval's ``run`` with the model replaced by a flasheval
 spec: the same task options and output files (lm-eval's ``EvaluationTracker``), and flasheval's
-engine underneath (shared-context scoring, a crash-safe results store, data parallelism under
-``accelerate launch``). lm-eval is imported only when the call runs.
+engine underneath (shared-context scoring, a crash-safe results store, data parallelism over the caller's
+processes with ``distributed="all"``). lm-eval is imported only when the call runs.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.checks import check_dtype, LOAD_DTYPES, name_list
 from flasheval.engine import check_model_files, parse_named_models
+from flasheval.engine.distributed import check_distributed, processes
 from flasheval.errors import InputError
 from flasheval.records import slug
 
@@ -50,6 +51,7 @@ def lm_eval(
     store: str | Path | None = None,
     engine: EngineOptions | None = None,
     progress_bar: bool | None = None,
+    distributed: str = "main",
 ) -> LmEvalRun:
     """Run the lm-eval ``tasks`` with ``model`` (``[NAME=]hf:PATH_OR_ID`` / ``[NAME=]gguf:FILE``).
 
@@ -68,8 +70,21 @@ def lm_eval(
         device ``auto``, batch size 32, ``max_length`` default the model config's).
     progress_bar
         A bar on stderr per forward batch: ``None`` shows it when stderr is a terminal, ``True``/``False``.
+    distributed
+        ``"main"`` (default): only the calling process scores; no collective, ``torch.distributed`` untouched, so
+        rank 0 of a training job may call alone while the others carry on. ``"all"``: every process of the
+        caller's default ``torch.distributed`` group makes this same call; the work is split across them and every
+        process gets the same result (refused in one line when no group is initialised). See docs/engine.md,
+        "Several processes".
+
+    Distributed
+    -----------
+    Collective with ``distributed="all"`` (every process must call, with the same arguments); with ``"main"`` no
+    collective at all. Only the main process writes ``output_path`` and gets ``results``; the others get ``results=None``.
     """
     from flasheval.lmeval import require_lm_eval
+
+    check_distributed(distributed)
 
     require_lm_eval()
     engine = engine_options(engine)
@@ -92,7 +107,7 @@ def lm_eval(
     start = time.perf_counter()
     opened = open_lmeval_model(named, folder, dtype=dtype, device=engine.device or "auto",
                                batch_size=engine.batch_size or 32, max_length=engine.max_length,
-                               progress_bar=progress_bar, device_map=placement)
+                               progress_bar=progress_bar, device_map=placement, state=processes(distributed))
     tracker = None
     if output_path and opened.is_main_process:
         from lm_eval.loggers import EvaluationTracker

@@ -29,7 +29,7 @@ from flasheval.api.resolve import (
     resolve_plan,
     resolve_reference,
 )
-from flasheval.engine.distributed import launch_state
+from flasheval.engine.distributed import check_distributed, is_main, processes
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.placement.backtest import full_data_ranks
 from flasheval.placement.controller import place as run_placement
@@ -151,6 +151,7 @@ def place(
     output: str | Path | None = None,
     store: str | Path | None = None,
     progress: ProgressCallback | None = None,
+    distributed: str = "main",
 ) -> PlaceRun:
     """Place ``model`` on ``reference`` by escalating nested subsamples; stop when its tier's resolution is met.
 
@@ -201,11 +202,23 @@ def place(
     progress
         Called with a :class:`~flasheval.api.progress.Progress` when the model is ready, when its weights load
         (live: only when a request is not in the store), and as every stage finishes.
+    distributed
+        ``"main"`` (default): only the calling process scores; no collective, ``torch.distributed`` untouched, so
+        rank 0 of a training job may call alone while the others carry on. ``"all"``: every process of the
+        caller's default ``torch.distributed`` group makes this same call; the work is split across them and every
+        process gets the same result (refused in one line when no group is initialised). See docs/engine.md,
+        "Several processes".
 
     Returns
     -------
     PlaceRun
+
+    Distributed
+    -----------
+    Collective with ``distributed="all"`` (every process must call, with the same arguments); with ``"main"`` no
+    collective at all. Only the main process writes ``output``; every process returns the same placement. A ``replay:`` model runs nothing and no collective in either mode.
     """
+    check_distributed(distributed)
     wall_start = time.perf_counter()
     report = Reporter(progress)
     check_n_parameters(n_parameters)
@@ -223,8 +236,8 @@ def place(
     options.check_model(resolved)
     plan_ = resolve_plan(plan)
     setup = prepare_scoring(resolve_reference(reference, missing=missing), options)
-    state = launch_state()
-    report.is_main = state is None or state.is_main_process
+    state = processes(distributed)
+    report.is_main = is_main(state)
     pool = setup.reference
     if resolved.model_id in pool.model_ids:
         report("start", f"{resolved.model_id} is in reference {pool.name}: held out of the pool")

@@ -20,7 +20,7 @@ from flasheval.api.models import ReplayModel, resolve_models
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.resolve import check_n_parameters, live_options, refuse_live_options, resolve_plan, resolve_reference
-from flasheval.engine.distributed import launch_state, shutdown
+from flasheval.engine.distributed import check_distributed, is_main, processes
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.engine.store_shards import SHARDS_DIR
 from flasheval.errors import InputError
@@ -91,6 +91,7 @@ def sweep(
     max_loaded: int | None = None,
     output: str | Path | None = None,
     progress: ProgressCallback | None = None,
+    distributed: str = "main",
 ) -> SweepRun:
     """Place every checkpoint of ``models`` on ``reference`` within one total ``budget``.
 
@@ -123,7 +124,19 @@ def sweep(
         temporary folder for this call and no record.
     progress
         Called with a :class:`~flasheval.api.progress.Progress` when the sweep starts and after every round.
+    distributed
+        ``"main"`` (default): only the calling process scores; no collective, ``torch.distributed`` untouched, so
+        rank 0 of a training job may call alone while the others carry on. ``"all"``: every process of the
+        caller's default ``torch.distributed`` group makes this same call; the work is split across them and every
+        process gets the same result (refused in one line when no group is initialised). See docs/engine.md,
+        "Several processes".
+
+    Distributed
+    -----------
+    Collective with ``distributed="all"`` (every process must call, with the same arguments); with ``"main"`` no
+    collective at all. Live checkpoints only: only the main process writes the run folder; every process returns the same result. A replay sweep runs nothing and no collective in either mode.
     """
+    check_distributed(distributed)
     engine = engine_options(engine)
     check_n_parameters(n_parameters)
     check_seed(seed)
@@ -154,7 +167,7 @@ def sweep(
             run = _live(resolved, reference, budget=budget, plan=plan_, options=options, aggregate=aggregate,
                         missing=missing, datasets=datasets, low_rank=low_rank, n_params=n_params,
                         n_parameters=n_parameters, max_loaded=1 if max_loaded is None else max_loaded, folder=folder,
-                        report=report)
+                        report=report, distributed=distributed)
         if output is None:
             return replace(run, record_path=None)
         return run
@@ -216,7 +229,8 @@ def _round_reporter(report: Reporter) -> Any:
 
 def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, options: LiveOptions,
           aggregate: str | None, missing: str, datasets: list[str] | None, low_rank: int | None, n_params: int | None,
-          n_parameters: float | None, max_loaded: int, folder: Path, report: Reporter) -> SweepRun:
+          n_parameters: float | None, max_loaded: int, folder: Path, report: Reporter,
+          distributed: str) -> SweepRun:
     setup = prepare_scoring(resolve_reference(reference, missing=missing), options)
     full = restrict(setup.reference, datasets)
     pool, held = hold_out(full, [m.model_id for m in models])
@@ -228,10 +242,10 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
               "budget": [budget.max_examples, budget.max_tokens, budget.max_flops], "n_parameters": n_parameters}
     if setup.engine != "flasheval":  # run folders of DCLM-format sweeps predate the key: they still resume
         config["engine"] = setup.engine
-    state = launch_state()
-    prepare_output(folder, record=RECORD_FILE, note=state is None or state.is_main_process)
+    state = processes(distributed)
+    prepare_output(folder, record=RECORD_FILE, note=is_main(state))
     run = open_run_folder(folder, config, [m.model_id for m in models], state)
-    report.is_main = state is None or state.is_main_process
+    report.is_main = is_main(state)
     how = ", ".join(filter(None, (setup.describe(), setup.dtype)))
     _resolving(report, f"sweeping {len(models)} live checkpoints ({how}, at most {max_loaded} in memory"
                        f"{', held out of the pool: ' + ', '.join(held) if held else ''}) on {full.name} ({pool.n_models} "
@@ -257,5 +271,4 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
         path = None
         if report.is_main:
             path = write_record(folder / RECORD_FILE, kind="sweep", payload=payload)
-    shutdown(state)  # not after a failure: the others may be stuck in another collective; the launcher ends them
     return SweepRun(result=result, record=payload, record_path=path, n_stored=run.n_stored)

@@ -2,7 +2,9 @@
 
 Thin by design: parse arguments, configure logging, call one API function (:mod:`flasheval.api`,
 which validates every value), print its result, and print one line per error. Each subcommand module exposes ``register(subparsers)``, which adds its parser and
-sets ``func=run`` (``run(args) -> int`` returns the exit code). Nothing in the package imports
+sets ``func=run`` (``run(args) -> int`` returns the exit code) and ``runs_models=True`` when the command
+scores models: under ``accelerate launch`` / ``torchrun`` it then runs on every process with
+``distributed="all"`` (``args.distributed``; :mod:`flasheval.cli.launch`). Nothing in the package imports
 the CLI. Every :class:`~flasheval.errors.FlashevalError` becomes ``flasheval: error: MESSAGE``
 on stderr and exit code 1, never a traceback.
 """
@@ -17,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from flasheval.cli.launch import launch
 from flasheval.version import __version__
 from flasheval.errors import FlashevalError
 
@@ -110,7 +113,9 @@ def _is_terminal(stream: object) -> bool:
 def _run(args: argparse.Namespace) -> int:
     """Call the subcommand; every error it raises becomes one line."""
     try:
-        code = int(args.func(args))
+        with launch(enabled=getattr(args, "runs_models", False)) as distributed:  # "all" under accelerate / torchrun
+            args.distributed = distributed
+            code = int(args.func(args))
         sys.stdout.flush()  # lines still buffered meet a closed pipe here, not at exit
         return code
     except FlashevalError as exc:

@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="then score the same examples with the weights in DTYPE (float32, bfloat16, float16) and "
                              "report per task the predictions that flip and the per-choice log-likelihood differences")
     add_progress_options(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, runs_models=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
                        n_examples=args.n_examples, seed=args.seed, baselines=args.baselines, model_id=args.model_id,
                        output=args.output, format=args.format, store=args.store, engine=engine_from(args),
                        compare_dtype=args.compare_dtype,
-                       progress=step_printer(args, steps=("start", "load")), progress_bar=progress_bar_from(args))
+                       progress=step_printer(args, steps=("start", "load")), progress_bar=progress_bar_from(args),
+                       distributed=args.distributed)
     if outcome.record_path is None:  # the other processes of a launch
         return 0
     payload = outcome.summary.to_json()

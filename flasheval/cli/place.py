@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_live_options(parser)
     add_lmeval_live_options(parser)
     add_progress_options(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, runs_models=True)
 
 
 def format_summary(result: PlacementResult) -> str:
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = place(model, reference, plan=args.tiers, budget=budget, seed=args.seed, aggregate=args.aggregate,
                     missing=args.missing, n_parameters=args.n_parameters, task_dir=args.task_dir,
                     include_path=args.include_path, num_fewshot=args.num_fewshot, engine=engine_from(args), output=output,
-                    progress=step_printer(args))
+                    progress=step_printer(args), distributed=args.distributed)
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_placed(outcome)
     return 0

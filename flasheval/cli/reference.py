@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--notes", default="")
     imp.add_argument("--force", action="store_true", help="overwrite an existing reference folder")
     imp.set_defaults(func=run)
-    _add_build_parser(sub).set_defaults(func=run)
+    _add_build_parser(sub).set_defaults(func=run, runs_models=True)
     show = sub.add_parser("show", help="print a reference's full ranking")
     show.add_argument("name", metavar="NAME")
     show.add_argument("--aggregate", choices=AGGREGATES, help="default: the manifest's")
@@ -98,7 +98,8 @@ def _build(args: argparse.Namespace) -> int:
         metric=args.metric, n_examples=args.n_examples, seed=args.seed, engine=engine_from(args),
         prefix_space=not args.no_prefix_space,
         output_root=args.output_root,
-        work_dir=args.work_dir, force=args.force, argv=sys.argv[1:], progress=step_printer(args))
+        work_dir=args.work_dir, force=args.force, argv=sys.argv[1:], progress=step_printer(args),
+        distributed=args.distributed)
     if built.reference is None:  # the other processes of a launch: the main process wrote and prints
         return 0
     lm_eval = args.engine == "lm-eval"

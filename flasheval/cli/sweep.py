@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(finished examples are never recomputed) (default: 1)")
     add_lmeval_live_options(parser)
     add_progress_options(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, runs_models=True)
 
 
 def run_folder(output: str | None, reference: ReferenceLeaderboard) -> Path:
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
                     n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
                     num_fewshot=args.num_fewshot, engine=engine_from(args), max_loaded=args.max_loaded,
                     output=run_folder(args.output, reference),
-                    progress=step_printer(args))
+                    progress=step_printer(args), distributed=args.distributed)
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_swept(outcome, start)
     return 0

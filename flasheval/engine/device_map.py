@@ -11,7 +11,8 @@ them. Three parts, one job each:
   data-parallel launch its own slice of the node's GPUs: ``gpus per replica = visible GPUs // local
   processes``; local process ``i`` gets GPUs ``i*k .. i*k+k-1``. GPU numbers a user writes (in an
   explicit mapping or in ``max_memory``) count from the replica's first GPU (pure);
-* :func:`plan_replica` reads this machine (GPU count, the launch's process layout) and
+* :func:`plan_replica` reads this machine's GPU count and takes the processes' layout (:class:`ProcessLayout`,
+  from the caller's process group; never from the environment), and
   :func:`input_device` finds where a dispatched model's inputs go (torch, imported inside).
 
 The placement never changes the numbers (the same weights run the same layers; only the device
@@ -31,7 +32,7 @@ from typing import Any
 
 from flasheval.errors import InputError
 
-__all__ = ["DEVICE_MAP_NAMES", "DeviceMap", "device_map_from", "parse_size", "replica_gpus", "ReplicaPlacement",
+__all__ = ["DEVICE_MAP_NAMES", "DeviceMap", "ProcessLayout", "device_map_from", "parse_size", "replica_gpus", "ReplicaPlacement",
            "plan_replica", "load_kwargs", "execution_device", "input_device"]
 
 logger = logging.getLogger(__name__)
@@ -308,18 +309,28 @@ class ReplicaPlacement:
         return kwargs
 
 
-def _launch_layout() -> tuple[int, int, int, int]:
-    """``(local processes, local index, process index, world size)`` of the launch, from torchrun's variables."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    return (int(os.environ.get("LOCAL_WORLD_SIZE", str(world))), int(os.environ.get("LOCAL_RANK", "0")),
-            int(os.environ.get("RANK", "0")), world)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessLayout:
+    """Where this process stands among the processes that score together (one process by default).
+
+    Given by the caller's process group (:func:`flasheval.engine.distributed.layout_of`), never read from the
+    environment.
+    """
+
+    world_size: int = 1
+    process_index: int = 0
+    n_local_processes: int = 1
+    """Processes on this machine (replicas sharing its GPUs and CPU memory)."""
+    local_process_index: int = 0
 
 
-def plan_replica(device_map: DeviceMap) -> ReplicaPlacement:
-    """This process's placement: its slice of the node's visible GPUs under the launch's process layout."""
+def plan_replica(device_map: DeviceMap, layout: ProcessLayout | None = None) -> ReplicaPlacement:
+    """This process's placement: its slice of the node's visible GPUs under the processes' ``layout``."""
     import torch
 
-    n_local, local_index, rank, world = _launch_layout()
+    layout = layout or ProcessLayout()
+    n_local, local_index = layout.n_local_processes, layout.local_process_index
+    rank, world = layout.process_index, layout.world_size
     n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     gpus = replica_gpus(n_gpus, n_local_processes=n_local, local_process_index=local_index)
     if n_gpus % n_local and local_index == 0:

@@ -1,38 +1,46 @@
-"""Data parallelism with accelerate: split work across processes, gather by id.
+"""Data parallelism over the caller's process group: split work across processes, gather by id.
 
-Under ``accelerate launch`` every process holds the same request list and a copy of the
-model. The work is cut into units: the backend's own planned batches for log-likelihoods
-(``plan_batches``: each request is scored in the same batch, with the same padding, whatever
-the number of processes: results are identical on 1 and N processes), chunks of whole examples
-for generation and rolling log-likelihoods. Units are dealt round-robin; after each round every process
-contributes ``(request id, result)`` pairs to ``gather_object`` and the pairs are matched
-back to requests by id (never by position: padded or uneven gathers reorder and repeat),
-duplicates dropped. ``on_results`` then sees every finished pair on every process; a
-caching wrapper on top stores them, and only the main process's store writes.
+The contract (``docs/engine.md``, "Several processes"): every command that scores a model takes
+``distributed``: ``"main"`` (the default: only the calling process scores, no collective, torch.distributed
+is never touched, so rank 0 of a training job may call alone) or ``"all"`` (every process of the existing
+default ``torch.distributed`` group calls; the work is split; every process gets the same result).
+flasheval never creates, times out or destroys a process group here; the command line's launcher
+(:mod:`flasheval.cli.launch`) is the one place that makes (and ends) one, under ``accelerate launch`` or
+``torchrun``. :func:`processes` turns the keyword into the :class:`Processes` every layer below passes on
+(``None``: one process).
 
-Processes need not share a filesystem: the main process's store is the one view every process
-plans from (:meth:`DistributedBackend.from_main` broadcasts what it holds, so a node whose
-own store folder is empty or different plans exactly the main process's work), and every
-result computed anywhere reaches the main process through the gather and is written there.
-A process that dies or stops answering ends the others within the collective timeout
-(:data:`TIMEOUT_ENV`) with one line (:class:`~flasheval.errors.BackendError`); every round
-gathered before is already in the main process's store, so rerunning the command resumes.
+Under ``"all"`` every process holds the same request list and a copy of the model. The work is cut into
+units: the backend's own planned batches for log-likelihoods (``plan_batches``: each request is scored in the
+same batch, with the same padding, whatever the number of processes: results are identical on 1 and N
+processes), chunks of whole examples for generation and rolling log-likelihoods. Units are dealt round-robin;
+after each round every process contributes ``(request id, result)`` pairs to ``all_gather_object`` and the
+pairs are matched back to requests by id (never by position), duplicates dropped. ``on_results`` then sees
+every finished pair on every process; a caching wrapper on top stores them, and only the main process's store
+writes. A model whose forward is itself collective (FSDP, DeepSpeed ZeRO-3: :func:`~flasheval.engine.lockstep.is_sharded`)
+runs in lockstep: every process joins every forward pass, one that ran out of work joins with a dummy pass
+(:mod:`flasheval.engine.lockstep`).
+
+Processes need not share a filesystem: the main process's store is the one view every process plans from
+(:meth:`DistributedBackend.from_main` broadcasts what it holds), and every result computed anywhere reaches the
+main process through the gather and is written there. A process that dies or stops answering ends the others
+at the group's own timeout with one line (:class:`CollectiveError`); every round gathered before is already in
+the main process's store.
 """
-
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from flasheval.engine.base import Backend, OnResults, Wrapper, example_units
+from flasheval.engine.device_map import ProcessLayout
 from flasheval.engine.progress_bar import progress_bar
 from flasheval.engine.store import CachedBackend, ResultStore
 from flasheval.engine.store_adoption import adopt_shard
-from flasheval.errors import BackendError, FlashevalError
+from flasheval.errors import BackendError, FlashevalError, InputError
 from flasheval.types import (
     GenerationRequest,
     GenerationResult,
@@ -44,70 +52,115 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["DistributedBackend", "request_id", "make_state", "launch_state", "TIMEOUT_ENV", "DEFAULT_TIMEOUT_S",
-           "from_main", "main_decides", "open_shared_store", "cached_runner", "shutdown"]
+__all__ = ["DISTRIBUTED", "Processes", "CollectiveError", "check_distributed", "processes", "DistributedBackend",
+           "request_id", "from_main", "main_decides", "open_shared_store", "cached_runner", "layout_of",
+           "is_main"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-TIMEOUT_ENV = "FLASHEVAL_COLLECTIVE_TIMEOUT"
-"""Environment variable: seconds a process waits for the others at a collective (default
-:data:`DEFAULT_TIMEOUT_S`). Set it on every node, like accelerate's own launch settings."""
-DEFAULT_TIMEOUT_S = 1800.0
-"""Long enough for every process to load a large checkpoint between two collectives."""
+DISTRIBUTED = ("main", "all")
+"""The values of ``distributed``: ``main`` (only the calling process scores; no collective) and ``all`` (every
+process of the existing default process group calls; the work is split)."""
 
 
-def _timeout_s() -> float:
-    text = os.environ.get(TIMEOUT_ENV, "")
+class CollectiveError(BackendError):
+    """A collective of ``distributed="all"`` failed: another process died, failed or stopped answering."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class Processes:
+    """The processes of the caller's default ``torch.distributed`` group that score together (``distributed="all"``).
+
+    Made by :func:`processes`; layers below take it as ``state`` (``None``: one process, no collective).
+    """
+
+    num_processes: int
+    process_index: int
+    """This process's rank in the default group."""
+    local_num_processes: int = 1
+    """Processes of the group on this machine (found once, by gathering host names)."""
+    local_process_index: int = 0
+
+    @property
+    def is_main_process(self) -> bool:
+        """Rank 0: the process that writes stores, records and references."""
+        return self.process_index == 0
+
+    def wait_for_everyone(self, what: str = "a barrier") -> None:
+        """A barrier on the default group (its failure: one line, :class:`CollectiveError`)."""
+        import torch.distributed as dist
+
+        with collective(self, what):
+            dist.barrier()
+
+
+def check_distributed(distributed: object) -> str:
+    """``distributed`` checked at an API entry: one line naming the value and the allowed ones."""
+    if not isinstance(distributed, str) or distributed not in DISTRIBUTED:
+        raise InputError(f"unknown value {distributed!r}", field="distributed", allowed=DISTRIBUTED)
+    return distributed
+
+
+def processes(distributed: str) -> Processes | None:
+    """The :class:`Processes` that score a call with ``distributed``; ``None`` for one process.
+
+    ``"main"``: ``None``, and torch.distributed is not touched (not imported, not asked). ``"all"``: every
+    process of the existing default group, which must exist (one line otherwise); a group of one process is
+    ``None`` too. Collective under ``"all"`` (one gather of host names).
+    """
+    if check_distributed(distributed) == "main":
+        return None
     try:
-        value = float(text) if text else DEFAULT_TIMEOUT_S
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise FlashevalError(f"environment variable {TIMEOUT_ENV}: must be a number of seconds > 0, got {text!r}")
-    return value
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch is a dependency of every live path
+        dist = None
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        raise InputError("'all' needs the caller's torch.distributed process group, and none is initialised: call "
+                         "torch.distributed.init_process_group() on every process first, pass distributed='main' to "
+                         "score on the calling process only, or run the command under accelerate launch / torchrun",
+                         field="distributed")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world == 1:
+        return None
+    import socket
+
+    state = Processes(num_processes=world, process_index=rank)
+    hosts: list[Any] = [None] * world
+    with collective(state, "finding the processes of each machine"):
+        dist.all_gather_object(hosts, socket.gethostname())
+    here = [r for r, host in enumerate(hosts) if host == hosts[rank]]
+    return Processes(num_processes=world, process_index=rank, local_num_processes=len(here),
+                     local_process_index=here.index(rank))
 
 
-def make_state() -> Any:
-    """The accelerate ``PartialState`` of this process (gloo on CPU when no GPU, or under ``--cpu``).
-
-    accelerate only starts a CPU process group when asked for CPU explicitly; without a GPU
-    there is nothing else to use, so CPU is requested then. Collectives of a launch time out
-    after ``$FLASHEVAL_COLLECTIVE_TIMEOUT`` seconds (default 1800), so a process that stops
-    answering ends the job instead of hanging it.
-    """
-    from datetime import timedelta
-
-    import torch
-    from accelerate import PartialState
-
-    use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return PartialState(cpu=use_cpu, timeout=timedelta(seconds=_timeout_s()))
-    return PartialState(cpu=use_cpu)
+def layout_of(state: Any) -> ProcessLayout:
+    """The :class:`~flasheval.engine.device_map.ProcessLayout` of ``state`` (one process for ``None``)."""
+    if state is None:
+        return ProcessLayout()
+    return ProcessLayout(world_size=state.num_processes, process_index=state.process_index,
+                         n_local_processes=getattr(state, "local_num_processes", 1),
+                         local_process_index=getattr(state, "local_process_index", 0))
 
 
-def launch_state() -> Any:
-    """The process state under a launch of several processes (``WORLD_SIZE > 1``), else ``None``.
-
-    Commands that also run without a launcher take this, so one process neither starts a
-    process group nor shows the per-call progress bars of the data-parallel runner.
-    """
-    return make_state() if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+def is_main(state: Any) -> bool:
+    """Whether this process writes (one process, or rank 0 of the group)."""
+    return state is None or bool(state.is_main_process)
 
 
 @contextmanager
-def _collective(state: Any, what: str) -> Iterator[None]:
+def collective(state: Any, what: str) -> Iterator[None]:
     """Turn a failed or timed-out collective into one line saying what happened and what is kept."""
     try:
         yield
     except RuntimeError as exc:  # torch.distributed.DistBackendError and gloo/NCCL errors are RuntimeErrors
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise BackendError(
+        raise CollectiveError(
             f"process {state.process_index} of {state.num_processes} lost the other processes during {what} "
-            f"(a process died or stopped answering within {TIMEOUT_ENV}={_timeout_s():.0f}s: {reason}); "
-            "finished results are in the main process's store: rerun the same command to resume") from None
+            f"({reason}): another process died, failed or stopped answering, and the wait ended at the process "
+            "group's own timeout (set by whoever created the group); every round finished before is in the main "
+            "process's results store") from None
 
 
 def from_main(state: Any, value: T, *, what: str = "a broadcast from the main process") -> T:
@@ -117,7 +170,7 @@ def from_main(state: Any, value: T, *, what: str = "a broadcast from the main pr
     from torch.distributed import broadcast_object_list
 
     box = [value if state.is_main_process else None]
-    with _collective(state, what):
+    with collective(state, what):
         broadcast_object_list(box, src=0)
     return box[0]  # type: ignore[return-value]
 
@@ -158,14 +211,13 @@ def open_shared_store(store_dir: Path, fingerprint: str, state: Any, *, previous
             adopt_shard(store_dir, previous=previous, fingerprint=fingerprint)
         store = ResultStore(store_dir, fingerprint=fingerprint)
     if state is not None and state.num_processes > 1:
-        with _collective(state, "opening the results store"):
-            state.wait_for_everyone()
+        state.wait_for_everyone("opening the results store")
     return store if store is not None else ResultStore(store_dir, fingerprint=fingerprint, writer=False)
 
 
 def cached_runner(backend: Backend, store_dir: Path, state: Any, *,
                   progress: bool | None = None) -> tuple[CachedBackend, ResultStore]:
-    """``backend`` data-parallel over the launch's processes, behind the results store of ``store_dir``.
+    """``backend`` data-parallel over ``state``'s processes, behind the results store of ``store_dir``.
 
     The one way every command runs a model: ``evaluate``, ``reference build``, ``place`` and
     ``sweep``. ``progress``: the per-batch bar of :class:`DistributedBackend` (``None``: when stderr
@@ -176,22 +228,13 @@ def cached_runner(backend: Backend, store_dir: Path, state: Any, *,
     return CachedBackend(runner, store, share=runner.from_main), store
 
 
-def shutdown(state: Any) -> None:
-    """Wait for every process, then tear the process group down (an implicit teardown at
-    interpreter exit can abort a gloo/NCCL process and fail the launch)."""
-    if state is not None and state.num_processes > 1:
-        with _collective(state, "the final barrier"):
-            state.wait_for_everyone()
-        state.destroy_process_group()
-
-
 def request_id(request: Request | Result) -> tuple[str, str, int]:
     """``(task_name, example_id, choice_index)``: how gathered results find their request."""
     return (request.task_name, request.example_id, getattr(request, "choice_index", 0))
 
 
 class DistributedBackend(Wrapper):
-    """Run ``backend`` data-parallel over the processes of an accelerate launch.
+    """Run ``backend`` data-parallel over the processes of ``state`` (:class:`Processes`).
 
     Parameters
     ----------
@@ -199,7 +242,7 @@ class DistributedBackend(Wrapper):
         Any :class:`~flasheval.engine.base.Backend`; its planned batches are the units of log-likelihood work,
         chunks of :attr:`~flasheval.engine.base.BackendInfo.batch_size` whole examples those of the rest.
     state
-        An ``accelerate.PartialState``; created on first use when omitted (one process without a launcher).
+        The :class:`Processes` that score together; ``None`` (the default): this process alone.
     progress
         A bar per call that advances as each forward batch finishes, on the main process only
         (:func:`~flasheval.engine.progress_bar.progress_bar`: ``None`` shows it when stderr is a terminal,
@@ -213,12 +256,28 @@ class DistributedBackend(Wrapper):
         super().__init__(backend)
         self._state = state
         self._progress = progress
+        self._sharded: tuple[Any] | None = None
+
+    def _sharded_model(self) -> Any:
+        """The in-memory model under this runner when its forward is collective (FSDP, ZeRO-3), else ``None``;
+        looked up once, under several processes only (a spec's model is never sharded, and is not loaded here)."""
+        if self._sharded is None:
+            model = None
+            if self._state is not None and self._state.num_processes > 1:
+                from flasheval.engine.hf import HFBackend
+                from flasheval.engine.lockstep import is_sharded
+
+                inner: Any = self._backend
+                while not isinstance(inner, HFBackend) and hasattr(inner, "_backend"):
+                    inner = inner._backend
+                if isinstance(inner, HFBackend) and is_sharded(inner.model):
+                    model = inner.model
+            self._sharded = (model,)
+        return self._sharded[0]
 
     @property
     def state(self) -> Any:
-        """The accelerate ``PartialState`` in use."""
-        if self._state is None:
-            self._state = make_state()
+        """The :class:`Processes` in use (``None``: this process alone)."""
         return self._state
 
     def from_main(self, value: T) -> T:
@@ -255,10 +314,8 @@ class DistributedBackend(Wrapper):
         on_results: OnResults | None,
         what: str,
     ) -> list[Any]:
-        from accelerate.utils import gather_object
-
         state = self.state
-        world, rank = state.num_processes, state.process_index
+        world, rank = (1, 0) if state is None else (state.num_processes, state.process_index)
         where: dict[tuple[str, str, int], list[int]] = {}
         for index, request in enumerate(requests):
             same_id = where.setdefault(request_id(request), [])
@@ -266,7 +323,7 @@ class DistributedBackend(Wrapper):
                 raise ValueError(f"two different requests share the id {request_id(request)}")
             same_id.append(index)
         results: list[Result | None] = [None] * len(requests)
-        bar = progress_bar(len(requests), desc=what, enabled=self._progress) if state.is_main_process else None
+        bar = progress_bar(len(requests), desc=what, enabled=self._progress) if is_main(state) else None
 
         def accept(pairs: Sequence[tuple[Any, Result]]) -> list[tuple[int, Result]]:
             """Fill ``results`` from ``(request id, result)`` pairs; the newly filled ``(index, result)``."""
@@ -292,10 +349,10 @@ class DistributedBackend(Wrapper):
                 if bar is not None:
                     bar.update(n)
 
-            local = method([requests[i] for i in mine], on_results=batch_done) if mine else []
+            with lockstep(self._sharded_model(), state):  # a sharded model: every process in every pass
+                local = method([requests[i] for i in mine], on_results=batch_done) if mine else []
             if world > 1:
-                with _collective(state, f"{what} scoring"):
-                    gathered = gather_object([(request_id(result), result) for result in local])
+                gathered = _gather(state, [(request_id(result), result) for result in local], f"{what} scoring")
             else:
                 gathered = list(zip(map(request_id, local), local))
             fresh = accept(gathered)  # what the batches did not report, and the other processes' units
@@ -308,3 +365,22 @@ class DistributedBackend(Wrapper):
             raise BackendError(f"{missing} request(s) got no result after the gather (duplicate request ids?)")
         return results
 
+
+
+def _gather(state: Any, pairs: list[Any], what: str) -> list[Any]:
+    """Every process's ``pairs``, concatenated in rank order (``all_gather_object`` on the default group)."""
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * state.num_processes
+    with collective(state, what):
+        dist.all_gather_object(out, pairs)
+    return [pair for part in out for pair in part]
+
+
+def lockstep(model: Any, state: Any) -> Any:
+    """:func:`flasheval.engine.lockstep.lockstep` for a sharded model, else nothing."""
+    if model is None or state is None or state.num_processes == 1:
+        return nullcontext()
+    from flasheval.engine.lockstep import lockstep as run_in_lockstep
+
+    return run_in_lockstep(model, lambda what: collective(state, what))

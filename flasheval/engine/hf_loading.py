@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.checks import LOAD_DTYPES
-from flasheval.engine.device_map import DeviceMap
+from flasheval.engine.device_map import DeviceMap, ProcessLayout
 from flasheval.engine.fingerprint import RunSettings
 from flasheval.engine.hf import HFBackend
 from flasheval.engine.hf_forward import PAD_MULTIPLE
@@ -35,7 +35,9 @@ DTYPES = LOAD_DTYPES  # the one list (flasheval.checks)
 """Accepted ``dtype`` names; ``auto`` is float32 on CPU and bfloat16 on GPUs that support it."""
 
 
-def _resolve_device(device: str) -> Any:
+def _resolve_device(device: str, layout: ProcessLayout) -> Any:
+    """``auto``: under several processes the local process's GPU (its index among the machine's processes),
+    alone the current CUDA device (the one a training job set), else the CPU."""
     import torch
 
     from flasheval.engine.devices import check_device
@@ -43,9 +45,8 @@ def _resolve_device(device: str) -> Any:
     check_device(device)  # one line for cuda on a CPU build, a GPU index too high, an unknown name
     if device == "auto":
         if torch.cuda.is_available():
-            from accelerate import PartialState
-
-            return torch.device("cuda", PartialState().local_process_index % torch.cuda.device_count())
+            index = layout.local_process_index if layout.world_size > 1 else torch.cuda.current_device()
+            return torch.device("cuda", index % torch.cuda.device_count())
         return torch.device("cpu")
     try:
         return torch.device(device)
@@ -106,10 +107,12 @@ def plan_hf_load(
     max_length: int | None = None,
     device_map: DeviceMap | None = None,
     pad_multiple: int = PAD_MULTIPLE,
+    layout: ProcessLayout | None = None,
 ) -> HFLoadPlan:
     """Resolve device and dtype, read the config and compute the fingerprint, without loading any weights.
 
-    Arguments as for :func:`load_hf_backend` (``pad_multiple``: see :class:`~flasheval.engine.hf.HFBackend`);
+    Arguments as for :func:`load_hf_backend` (``pad_multiple``: see :class:`~flasheval.engine.hf.HFBackend`;
+    ``layout``: this process among those scoring together, for ``device="auto"`` and a device map's GPU slice);
     raises the same one-line :class:`BackendError` s for a
     missing path, an unreadable config or an unpinned hub model (and an ``InputError`` for a device map
     naming a GPU this replica does not have).
@@ -127,14 +130,14 @@ def plan_hf_load(
             raise BackendError(f"model folder {str(path)!r} has no config.json (for a GGUF file use gguf:FILE)")
     placement = None
     if device_map is None:
-        torch_device = _resolve_device(device)
+        torch_device = _resolve_device(device, layout or ProcessLayout())
     else:
         import torch
 
         from flasheval.engine.device_map import device_map_from, plan_replica
 
         device_map_from(device_map, device=device)  # a device map with an explicit device is refused
-        placement = plan_replica(device_map)
+        placement = plan_replica(device_map, layout)
         torch_device = torch.device(placement.main_device)
     torch_dtype, dtype_name = _resolve_dtype(dtype, torch_device)
     source = str(path) if is_local else target

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine.base import Backend
-from flasheval.engine.device_map import DeviceMap
-from flasheval.engine.distributed import cached_runner, launch_state, open_shared_store
+from flasheval.engine.device_map import DeviceMap, ProcessLayout
+from flasheval.engine.distributed import cached_runner, layout_of, open_shared_store
 from flasheval.engine.in_memory import LoadedModel, in_memory_fingerprint
 from flasheval.engine.specs import ModelSpec, NamedModel
 from flasheval.engine.store import CachedBackend, ResultStore
@@ -36,7 +36,8 @@ def open_backend(spec: ModelSpec, **options: Any) -> Backend:
 
 
 def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "auto", batch_size: int = 32,
-               max_length: int | None = None, device_map: DeviceMap | None = None) -> Backend:
+               max_length: int | None = None, device_map: DeviceMap | None = None,
+               layout: ProcessLayout | None = None) -> Backend:
     """The backend of a spec's model or of a model the caller holds (used as it is).
 
     A spec's model is opened without its weights (:class:`~flasheval.engine.deferred.DeferredBackend`:
@@ -45,11 +46,12 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
     device and dtype: ``dtype`` is checked against the model's own (``auto`` accepts any); its
     results are keyed by its identity (:mod:`flasheval.engine.in_memory`). ``device_map`` spreads a spec's
     model over this replica's devices (:mod:`flasheval.engine.device_map`); an in-memory model stays
-    where it is (one already dispatched with a device map is scored as it is).
+    where it is (one already dispatched with a device map is scored as it is). ``layout``: this process among
+    those scoring together (:func:`~flasheval.engine.distributed.layout_of`), for a spec's device.
     """
     if isinstance(model, NamedModel):
         return _deferred(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length,
-                         device_map=device_map)
+                         device_map=device_map, layout=layout)
     if device_map is not None:
         raise InputError("an in-memory model runs where it is: load it with device_map= yourself",
                          field="--device-map")
@@ -71,7 +73,7 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
 
 
 def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int, max_length: int | None,
-              device_map: DeviceMap | None = None) -> Backend:
+              device_map: DeviceMap | None = None, layout: ProcessLayout | None = None) -> Backend:
     """A ``hf:`` / ``gguf:`` spec opened without its weights (they load on first use)."""
     if spec.kind == "replay":
         raise InputError("replay: models serve recorded scores; use them with placement commands", field="--model")
@@ -81,16 +83,16 @@ def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int, max_
     if spec.kind == "gguf":
         path = Path(spec.target).expanduser()
         plan = plan_hf_load(str(path.parent), gguf_file=path.name, dtype=dtype, device=device, max_length=max_length,
-                            device_map=device_map)
+                            device_map=device_map, layout=layout)
     else:
         plan = plan_hf_load(spec.target, revision=spec.revision, dtype=dtype, device=device, max_length=max_length,
-                            device_map=device_map)
+                            device_map=device_map, layout=layout)
     return DeferredBackend(plan, batch_size=batch_size)
 
 
 def behind_store(backend: Backend, store_dir: Path, state: Any = None, *,
                  progress: bool | None = False) -> tuple[CachedBackend, ResultStore]:
-    """``backend`` behind the results store of ``store_dir``; data-parallel when ``state`` is a launch's.
+    """``backend`` behind the results store of ``store_dir``; data-parallel when ``state`` holds several processes.
 
     ``progress``: the data-parallel runner's per-batch bar (off by default: the callers report
     their own steps). Results an earlier release stored under the model's previous key are adopted
@@ -105,15 +107,14 @@ def behind_store(backend: Backend, store_dir: Path, state: Any = None, *,
 def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str, device: str = "auto",
                         batch_size: int = 32, max_length: int | None = None, state: Any = None,
                         device_map: DeviceMap | None = None) -> tuple[CachedBackend, ResultStore, Any]:
-    """Open a model (:func:`open_model`) behind the results store (data-parallel under ``accelerate launch``).
+    """Open a model (:func:`open_model`) behind the results store (data-parallel over ``state``'s processes).
 
-    ``state`` is the launch's process state (:func:`~flasheval.engine.distributed.make_state`);
-    when omitted it is made here under a launch of several processes. Returns the cached
+    ``state``: the :class:`~flasheval.engine.distributed.Processes` scoring together
+    (:func:`~flasheval.engine.distributed.processes`); ``None``, this process alone. Returns the cached
     backend, its store (close it when done) and the loaded backend.
     """
-    state = launch_state() if state is None else state
     backend = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length,
-                         device_map=device_map)
+                         device_map=device_map, layout=layout_of(state))
     cached, store = behind_store(backend, store_dir, state)
     return cached, store, backend
 

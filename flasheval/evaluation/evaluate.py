@@ -203,7 +203,7 @@ def score_through_store(backend: Backend, requests: Sequence[Request], store_dir
     """Answer ``requests`` through the results store in ``store_dir`` and the data-parallel runner.
 
     The main process opens (and repairs) the store and writes to it; every process reads it.
-    ``state`` is accelerate's process state (:func:`flasheval.engine.distributed.make_state`).
+    ``state``: the :class:`~flasheval.engine.distributed.Processes` scoring together (``None``: this process alone).
     ``progress_bar``: the runner's per-batch bar (``None``: when stderr is a terminal). ``on_planned``
     is called with the number of requests the store already answers, before anything is scored.
     Returns the results and the counts the run record reports: requests from the store and computed

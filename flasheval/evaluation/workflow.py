@@ -1,7 +1,8 @@
 """The ``evaluate`` workflow: checked inputs -> requests -> results store -> records, summary and compute.
 
 :func:`flasheval.evaluate` checks every value and plans the tasks; :func:`run_evaluation` then
-opens the model behind the results store (data-parallel under ``accelerate launch``), scores every
+opens the model behind the results store (data-parallel over the caller's processes with
+``distributed="all"``, :mod:`flasheval.engine.distributed`), scores every
 request, scores the task examples again in another dtype when asked, and builds the per-example
 records, each task's accuracy, each suite's aggregate, the validation loss and the compute spent
 (:class:`EvaluationSummary`), writing them on the main process when ``output`` is given.
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from flasheval.engine.device_map import DeviceMap
-from flasheval.engine.distributed import make_state, shutdown
+from flasheval.engine.distributed import is_main, layout_of, processes
 from flasheval.engine.in_memory import LoadedModel, scoring_mode
 from flasheval.engine.loading import n_parameters, open_model
 from flasheval.engine.specs import NamedModel
@@ -128,6 +129,8 @@ class EvaluationJob:
     device_map: DeviceMap | None
     compare_dtype: str | None
     progress_bar: bool | None
+    distributed: str = "main"
+    """``main`` (this process alone, no collective) or ``all`` (every process of the default group calls)."""
 
 
 def run_evaluation(job: EvaluationJob, *, report: Report, on_backend: Callable[[Any], None]) -> EvaluationRun:
@@ -136,30 +139,26 @@ def run_evaluation(job: EvaluationJob, *, report: Report, on_backend: Callable[[
     ``on_backend`` is called with the backend once it is open (before any weights load).
     """
     started = time.perf_counter()
-    state = make_state()
-    report.is_main = state.is_main_process
+    state = processes(job.distributed)
+    main = report.is_main = is_main(state)
     if job.output is not None:  # before the model loads: an unwritable folder is refused now, not after scoring
-        prepare_output(job.output, record=SUMMARY_FILE, note=state.is_main_process)
+        prepare_output(job.output, record=SUMMARY_FILE, note=main)
     if job.store is not None:
         prepare_output(job.store, field="--store")
     scored = _score(job, state, report, on_backend)
-    try:
-        payload, records = _summarize(job, scored, state, wall_seconds=time.perf_counter() - started)
-        if not state.is_main_process or job.output is None:
-            return EvaluationRun(summary=EvaluationSummary.of(payload), records=records,
-                                 is_main_process=state.is_main_process)
-        examples_path = write_example_records(records, job.output, job.format)
-        payload["examples_file"] = examples_path.name
-        if scored.other is not None:
-            payload["dtype_comparison"]["examples_file"] = write_example_records(
-                scored.other.records, job.output, job.format, stem=f"examples-{scored.other.dtype}").name
-        path = write_record(job.output / SUMMARY_FILE, kind="evaluate", payload=payload)
-        report("done", f"{len(records)} examples: {payload['n_requests_computed']} requests computed, "
-                       f"{payload['n_requests_from_store']} served from the store")
-        return EvaluationRun(summary=EvaluationSummary.of(payload), records=records, examples_path=examples_path,
-                             record_path=path)
-    finally:
-        shutdown(state)
+    payload, records = _summarize(job, scored, state, wall_seconds=time.perf_counter() - started)
+    if not main or job.output is None:
+        return EvaluationRun(summary=EvaluationSummary.of(payload), records=records, is_main_process=main)
+    examples_path = write_example_records(records, job.output, job.format)
+    payload["examples_file"] = examples_path.name
+    if scored.other is not None:
+        payload["dtype_comparison"]["examples_file"] = write_example_records(
+            scored.other.records, job.output, job.format, stem=f"examples-{scored.other.dtype}").name
+    path = write_record(job.output / SUMMARY_FILE, kind="evaluate", payload=payload)
+    report("done", f"{len(records)} examples: {payload['n_requests_computed']} requests computed, "
+                   f"{payload['n_requests_from_store']} served from the store")
+    return EvaluationRun(summary=EvaluationSummary.of(payload), records=records, examples_path=examples_path,
+                         record_path=path)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -183,8 +182,9 @@ def _score(job: EvaluationJob, state: Any, report: Report, on_backend: Callable[
         store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flasheval-store-"))) if transient \
             else job.store if job.store is not None else job.output / "store"  # type: ignore[operator]
         load_started = time.perf_counter()
+        # the weights load on the first request not stored
         backend = open_model(model, dtype=job.dtype, device=job.device, batch_size=job.batch_size,
-                             max_length=job.max_length, device_map=job.device_map)  # weights load on the first request not stored
+                             max_length=job.max_length, device_map=job.device_map, layout=layout_of(state))
         open_seconds = time.perf_counter() - load_started
         on_backend(backend)
         check_resolved_dtype(job.compare_dtype, backend.info.dtype)  # auto made concrete
@@ -198,7 +198,6 @@ def _score(job: EvaluationJob, state: Any, report: Report, on_backend: Callable[
             report("start", f"scoring {len(job.selections)} tasks with {model.model_id}: {len(flat)} requests, "
                             f"{n_stored} of them in the store", done=n_stored, total=len(flat))
 
-        # Not shut down after a failure: the others may be stuck in another collective; the launcher ends them.
         results, counts = score_through_store(backend, flat, store_dir, state, progress_bar=job.progress_bar,
                                               on_planned=planned)
         model_loaded = backend.info.is_loaded  # False: the store answered every request
@@ -209,7 +208,8 @@ def _score(job: EvaluationJob, state: Any, report: Report, on_backend: Callable[
             other = score_in_dtype(model, job.compare_dtype, selections=job.selections, per_task=per_task,
                                    store_dir=store_dir, state=state, progress_bar=job.progress_bar,
                                    open_options={"device": job.device, "batch_size": job.batch_size,
-                                                 "max_length": job.max_length, "device_map": job.device_map})
+                                                 "max_length": job.max_length, "device_map": job.device_map,
+                                                 "layout": layout_of(state)})
     return _Scored(backend=backend, per_task=per_task, flat=flat, results=results, counts=counts,
                    model_loaded=model_loaded, other=other,
                    load_seconds=open_seconds + backend.info.load_seconds)
@@ -242,7 +242,7 @@ def _summarize(job: EvaluationJob, scored: _Scored, state: Any, *,
         "model_loaded": scored.model_loaded,
         "n_tokens": compute["n_tokens"] + (compute["heldout_n_tokens"] or 0),
         **speed,
-        "world_size": state.num_processes,
+        "world_size": 1 if state is None else state.num_processes,
     }
     if scored.other is not None:
         payload["dtype_comparison"] = comparison_block(

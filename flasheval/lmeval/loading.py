@@ -3,7 +3,7 @@
 The stack is the one ``flasheval evaluate`` uses, with lm-eval's conventions in the middle:
 ``CachedBackend(DistributedBackend(LmEvalConventionBackend(HFBackend)))``. The store makes a
 killed run resume from its last finished batch; under ``accelerate launch`` the work is split
-across processes and only the main process writes the store (the engine's one runner,
+across the processes of ``distributed="all"`` and only the main process writes the store (the engine's one runner,
 :func:`flasheval.engine.loading.behind_store`). The model is a spec's weights or one the caller
 holds in memory (:class:`~flasheval.engine.in_memory.LoadedModel`).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine.device_map import DeviceMap
-from flasheval.engine.distributed import launch_state
+from flasheval.engine.distributed import is_main, layout_of
 from flasheval.engine.in_memory import LoadedModel
 from flasheval.engine.loading import behind_store, n_parameters, open_model
 from flasheval.engine.specs import NamedModel
@@ -52,13 +52,12 @@ def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype
 
     ``max_length`` is lm-eval's maximum input length (default: what lm-eval's HF backend reads
     from the model's config); the HF backend is opened to keep one more token, as lm-eval does.
-    ``state`` is the launch's process state; when omitted it is made here under a launch of several
-    processes (:func:`~flasheval.engine.distributed.launch_state`). ``progress_bar``: the lm-eval model's
+    ``state``: the :class:`~flasheval.engine.distributed.Processes` scoring together (``None``: this process
+    alone; :func:`~flasheval.engine.distributed.processes`). ``progress_bar``: the lm-eval model's
     per-batch bar (:class:`~flasheval.lmeval.model.FlashevalLM`), on the main process only. A spec's
     weights load on the first request the store cannot answer; ``device_map`` spreads them over this
     replica's devices (:mod:`flasheval.engine.device_map`).
     """
-    state = launch_state() if state is None else state
     if max_length is not None:
         length = max_length
     elif isinstance(model, LoadedModel):
@@ -66,10 +65,11 @@ def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype
     else:
         length = resolve_lmeval_max_length(model.spec)
     hf = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=length + 1,
-                    device_map=device_map)
+                    device_map=device_map, layout=layout_of(state))
     cached, store = behind_store(LmEvalConventionBackend(hf, max_length=length), store_dir, state)
-    is_main = state is None or state.is_main_process
+    main = is_main(state)
     lm = FlashevalLM(cached, tokenizer=hf.tokenizer,  # type: ignore[attr-defined]
-                     max_length=length, model_id=model.model_id, progress_bar=progress_bar if is_main else False)
+                     max_length=length, model_id=model.model_id, progress_bar=progress_bar if main else False,
+                     processes=state)
     return OpenedModel(lm=lm, cached=cached, store=store, backend=hf, n_parameters=n_parameters(hf),
-                       is_main_process=is_main)
+                       is_main_process=main)

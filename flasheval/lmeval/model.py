@@ -57,6 +57,9 @@ class FlashevalLM:
         A bar per lm-eval call (``loglikelihood``, ...) that advances as each batch finishes (stored answers at
         once): ``None`` (default) shows it when stderr is a terminal or in a notebook, ``True`` always,
         ``False`` never; lm-eval's ``disable_tqdm=True`` turns it off for that call.
+    processes
+        The :class:`~flasheval.engine.distributed.Processes` the backend's runner splits work over (``None``: this
+        process alone): :func:`~flasheval.lmeval.tasks.run_tasks` broadcasts the main process's results over them.
 
     Examples
     --------
@@ -64,7 +67,7 @@ class FlashevalLM:
     """
 
     def __init__(self, backend: Backend, *, tokenizer: Any = None, max_length: int | None = None,
-                 model_id: str = "flasheval", progress_bar: bool | None = None) -> None:
+                 model_id: str = "flasheval", progress_bar: bool | None = None, processes: Any = None) -> None:
         _register_class(FlashevalLM)
         from lm_eval.api.model import CacheHook
 
@@ -73,6 +76,8 @@ class FlashevalLM:
         self.max_length = max_length
         self.model_id = model_id
         self.progress_bar = progress_bar
+        self.processes = processes
+        """The :class:`~flasheval.engine.distributed.Processes` that score together (``None``: this one alone)."""
         self.cache_hook = CacheHook(None)
         self.n_requests = 0
         self.doc_tokens: dict[tuple[str, str], int] = {}
@@ -185,6 +190,7 @@ class OnlyDocsLM:
         self.tokenizer = getattr(lm, "tokenizer", None)
         self.max_length = getattr(lm, "max_length", None)
         self.cache_hook = getattr(lm, "cache_hook", None)
+        self.processes = getattr(lm, "processes", None)
 
     rank = 0
     world_size = 1

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flasheval.engine.distributed import from_main, launch_state
+from flasheval.engine.distributed import from_main
 from flasheval.errors import InputError
 from flasheval.lmeval._install import installed_lm_eval_version, require_lm_eval
 from flasheval.lmeval.settings import LmEvalSettings, config_digest, differing_keys, pick_metric
@@ -49,10 +49,11 @@ def run_tasks(lm: Any, task_names: Sequence[str], *, task_manager: Any = None, i
               num_fewshot: int | None = None, limit: float | None = None,
               samples: Mapping[str, Sequence[int]] | None = None, fewshot_seed: int = DEFAULT_FEWSHOT_SEED,
               log_samples: bool = True, evaluation_tracker: Any = None, model_args: str = "") -> dict[str, Any] | None:
-    """``lm_eval.simple_evaluate`` on ``lm``; every process of an accelerate launch gets the results.
+    """``lm_eval.simple_evaluate`` on ``lm``; every process scoring together gets the main process's results.
 
-    lm-eval returns results on the main process only; under a launch they are broadcast so that
-    every process (each runs the same placement loop) sees the same scores. Bootstrap standard
+    ``lm``'s ``processes`` (a :class:`~flasheval.lmeval.model.FlashevalLM`'s, or a wrapper's): the processes of
+    ``distributed="all"`` (``None``: this process alone); the main process's results are broadcast so that every
+    process (each runs the same placement loop) sees the same scores. Bootstrap standard
     errors are skipped (``bootstrap_iters=0``): flasheval's own statistics use the per-example scores.
     """
     lm_eval = require_lm_eval()
@@ -63,7 +64,7 @@ def run_tasks(lm: Any, task_names: Sequence[str], *, task_manager: Any = None, i
         limit=limit, samples=None if samples is None else {k: list(map(int, v)) for k, v in samples.items()},
         fewshot_random_seed=fewshot_seed, log_samples=log_samples, bootstrap_iters=0,
         evaluation_tracker=evaluation_tracker)
-    return from_main(launch_state(), results, what="broadcasting lm-eval's results")
+    return from_main(getattr(lm, "processes", None), results, what="broadcasting lm-eval's results")
 
 
 def example_scores(results: Mapping[str, Any], task_name: str, metric: str | None) -> dict[str, float]:

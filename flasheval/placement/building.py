@@ -125,7 +125,7 @@ def build_models(setup: BuildSetup, models: Sequence[NamedModel], *, store_dir: 
                  state: Any = None, on_model: OnModel | None = None) -> BuildResult:
     """Score every model in turn through the results store in ``store_dir``; free each before the next.
 
-    ``state`` is the launch's process state (:func:`flasheval.engine.distributed.launch_state`), ``None``
+    ``state``: the :class:`~flasheval.engine.distributed.Processes` scoring together, ``None``
     for one process: every process runs this loop and returns the same result. ``on_model`` is called as
     each model is scored (progress).
     """

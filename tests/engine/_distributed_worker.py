@@ -1,4 +1,5 @@
-"""Worker for the distributed tests: run under ``accelerate launch``; each process writes rank<N>.json.
+"""Worker for the distributed tests: run under ``accelerate launch`` with the command line's launcher code
+(:func:`flasheval.cli.launch.launch`); each process writes rank<N>.json.
 
 ``worker.py OUT [--separate-stores] [--also-separate OUT2] [--fail RANK:CALL:HOW]``: with
 ``--separate-stores`` each process opens its own store folder ``OUT/store<rank>`` (a cluster without
@@ -17,7 +18,8 @@ import os
 import sys
 import time
 
-from flasheval.engine.distributed import DistributedBackend, make_state, open_shared_store
+from flasheval.cli.launch import launch
+from flasheval.engine.distributed import DistributedBackend, open_shared_store, processes
 from flasheval.engine.store import CachedBackend
 from flasheval.errors import FlashevalError
 from tests.engine.test_distributed import backend_for_test, requests_for_test
@@ -46,9 +48,6 @@ def run_job(state, out_dir: str, separate_stores: bool, fail: str) -> int:
     try:
         runner = DistributedBackend(backend, state=state)
         results = CachedBackend(runner, store, share=runner.from_main).loglikelihood(requests_for_test())
-    except FlashevalError as exc:  # as the CLI reports it
-        print(f"flasheval: error: {exc}", file=sys.stderr)
-        return 1
     finally:
         store.close()
     rows = [[r.task_name, r.example_id, r.choice_index, r.logprob_sum, r.n_tokens, r.is_greedy] for r in results]
@@ -65,12 +64,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--also-separate", default="")
     parser.add_argument("--fail", default="")
     args = parser.parse_args(argv)
-    state = make_state()
-    code = run_job(state, args.out_dir, args.separate_stores, args.fail)
-    if code == 0 and args.also_separate:
-        code = run_job(state, args.also_separate, True, "")
-    if code == 0:
-        state.destroy_process_group()  # an implicit teardown at exit can abort a gloo process
+    try:
+        with launch() as distributed:  # as the command line runs: the group made (and ended) by the launcher code
+            state = processes(distributed)
+            code = run_job(state, args.out_dir, args.separate_stores, args.fail)
+            if code == 0 and args.also_separate:
+                code = run_job(state, args.also_separate, True, "")
+    except FlashevalError as exc:  # as the CLI reports it
+        print(f"flasheval: error: {exc}", file=sys.stderr)
+        return 1
     return code
 
 

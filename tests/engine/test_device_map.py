@@ -23,6 +23,7 @@ from flasheval.engine.device_map import (
     parse_size,
     plan_replica,
     replica_gpus,
+    ProcessLayout,
 )
 from flasheval.errors import InputError
 from flasheval.types import GenerationRequest, LoglikelihoodRequest, RollingLoglikelihoodRequest
@@ -155,13 +156,14 @@ def test_a_gpu_outside_the_replica_is_refused(device_map, gpus, message):
         ReplicaPlacement(device_map=device_map, gpus=gpus)
 
 
-def test_the_launch_layout_picks_this_process_slice(monkeypatch):
+def test_the_process_layout_picks_this_process_slice(monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
-    for name, value in (("WORLD_SIZE", "4"), ("LOCAL_WORLD_SIZE", "2"), ("LOCAL_RANK", "1"), ("RANK", "3")):
-        monkeypatch.setenv(name, value)
-    placed = plan_replica(DeviceMap(name="auto", offload_folder="/off"))
+    for name, value in (("WORLD_SIZE", "8"), ("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "0"), ("RANK", "0")):
+        monkeypatch.setenv(name, value)  # the launcher's variables are not read: the layout is given
+    layout = ProcessLayout(world_size=4, process_index=3, n_local_processes=2, local_process_index=1)
+    placed = plan_replica(DeviceMap(name="auto", offload_folder="/off"), layout)
     assert (placed.gpus, placed.n_local_processes, placed.process_index) == ((4, 5, 6, 7), 2, 3)
     assert placed.from_pretrained_kwargs({i: 1 for i in range(8)} | {"cpu": 10})["offload_folder"] == \
         str(Path("/off") / "process-3")

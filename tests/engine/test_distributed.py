@@ -61,7 +61,8 @@ def launch(script: Path | str, *args: str, num_processes: int = 2, timeout: int 
     """``accelerate launch --multi_gpu --num_processes N script args`` as a real subprocess.
 
     Without a GPU, accelerate only starts several processes through its torchrun path
-    (``--multi_gpu``); ``make_state`` then picks the CPU (gloo) process group. ``script`` may be
+    (``--multi_gpu``); the launcher code (:mod:`flasheval.cli.launch`) then makes a CPU (gloo) process group.
+    ``script`` may be
     ``-m MODULE`` (e.g. ``-m flasheval``).
     """
     command = [
@@ -178,9 +179,6 @@ def test_example_units_never_split_an_example():
 
 
 def test_single_process_without_launcher_matches_backend():
-    from accelerate.state import PartialState
-
-    PartialState._reset_state()
     backend = backend_for_test()
     requests = requests_for_test()
     assert DistributedBackend(backend).loglikelihood(requests) == backend.loglikelihood(requests)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from flasheval.engine.distributed import launch_state, shutdown
+from flasheval.cli.launch import launch
+from flasheval.engine.distributed import processes
 from flasheval.errors import FlashevalError
 from flasheval.placement.replay import ReplayScorer
 from flasheval.placement.scorers import ScoredExamples
@@ -66,7 +67,11 @@ class _One:
 
 
 def launched(out: str, config: str, other: str) -> int:
-    state = launch_state()
+    with launch() as distributed:  # the group made and ended as the command line does
+        return _launched(processes(distributed), out, config, other)
+
+
+def _launched(state, out: str, config: str, other: str) -> int:
     folder = Path(out) / f"rank{state.process_index}"
     seen: dict = {}
     try:
@@ -82,7 +87,6 @@ def launched(out: str, config: str, other: str) -> int:
         except FlashevalError as exc:
             seen["other"] = str(exc)
     Path(out, f"seen{state.process_index}.json").write_text(json.dumps(seen))
-    shutdown(state)
     return 0
 
 
