@@ -175,6 +175,10 @@ def test_bad_callback_options_are_one_line(kwargs, message):
 MODES = ("main", "all")
 
 
+def _without_seconds(entry: dict) -> dict:
+    return {k: v for k, v in entry.items() if k != "flasheval/seconds"}
+
+
 @pytest.mark.slow
 def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
     # ~60-90 s on a loaded 2-core machine: one launch (2 processes importing torch and transformers), two
@@ -185,6 +189,7 @@ def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
     root = world["root"]
     launch(EXAMPLES / "trainer_placement.py", str(world["task_dir"]), str(root), timeout=240)
     steps = list(range(example.PLACE_EVERY, example.STEPS + 1, example.PLACE_EVERY))
+    logged = {}
     for mode in MODES:
         seen = [json.loads((root / mode / f"process-{i}.json").read_text()) for i in (0, 1)]
         assert [s["world_size"] for s in seen] == [2, 2]
@@ -195,7 +200,11 @@ def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
             assert [e["step"] for e in s["log_history"]] == (steps if i in placing else [])
             assert _metrics(s["report_to"]) == _metrics(s["log_history"])
         history = flasheval.read_run(root / "runs" / mode)
-        assert [c.step for c in history.checkpoints] == steps
+        assert [c.step for c in history.checkpoints] == steps  # one record per placement
+        logged[mode] = [_without_seconds(e) for e in seen[0]["log_history"]]
+        if mode == "all":
+            assert [_without_seconds(e) for e in seen[1]["log_history"]] == logged[mode]  # the same on both
+    assert logged["main"] == logged["all"]
     records = {mode: [read_record(c.record_path).payload for c in flasheval.read_run(root / "runs" / mode).checkpoints]
                for mode in MODES}
     for main_record, all_record in zip(records["main"], records["all"]):
