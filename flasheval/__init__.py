@@ -7,6 +7,7 @@ One function per job (keyword-only options, one result object each, ``progress=`
 * ``sweep(models, reference, *, budget, ...) -> SweepRun`` — many checkpoints under one total budget;
 * ``place_checkpoint(model, *, run, step, ...) -> PlaceRun`` — one checkpoint of a training run into its run
   folder (the hook for training loops); ``read_run(run) -> RunHistory`` reads the folder back;
+  ``watch(directory, *, reference, ...) -> RunHistory`` places every checkpoint saved into a folder;
 * ``evaluate(model, *, tasks=..., suites=..., task_dir=...) -> EvaluationRun`` — DCLM / Gadre scores;
 * ``backtest(reference, plan) -> BacktestRun`` — leave-one-out reliability of placement on a reference;
 * ``build_reference(models, *, name, ...) -> BuiltReference`` — a live reference from real models;
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to
         place_checkpoint,
         read_run,
         sweep,
+        watch,
     )
     from flasheval.engine.in_memory import LoadedModel
     from flasheval.placement.results import Budget, PlacementResult
@@ -83,6 +85,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "read_run": ("flasheval.api", "read_run"),
     "RunHistory": ("flasheval.api", "RunHistory"),
     "RunCheckpoint": ("flasheval.api", "RunCheckpoint"),
+    "watch": ("flasheval.api", "watch"),
     "evaluate": ("flasheval.api", "evaluate"),
     "EvaluationRun": ("flasheval.api", "EvaluationRun"),
     "backtest": ("flasheval.api", "backtest"),

@@ -6,6 +6,7 @@ One job per module:
 * :mod:`~flasheval.api.sweep`    — :func:`sweep` many checkpoints under one budget (racing, resumable);
 * :mod:`~flasheval.api.runs`     — :func:`place_checkpoint` a training run's checkpoint into its run folder,
   :func:`read_run` the folder back;
+* :mod:`~flasheval.api.watch`    — :func:`watch` a folder of saved checkpoints and place each into a run folder;
 * :mod:`~flasheval.api.evaluate` — :func:`evaluate` a model on tasks and suites (the workflow is
   :mod:`flasheval.evaluation.workflow`);
 * :mod:`~flasheval.api.backtest` — :func:`backtest` placement on a reference by leaving each model out;
@@ -42,6 +43,7 @@ from flasheval.api.dior import DiorRun, dior
 from flasheval.api.importing import import_reference
 from flasheval.api.report import render_report
 from flasheval.api.runs import RunCheckpoint, RunHistory, place_checkpoint, read_run
+from flasheval.api.watch import watch
 from flasheval.api.scaling import ScalingFit, fit_scaling
 from flasheval.api.tasks import TaskFileCheck, check_tasks
 
@@ -49,4 +51,4 @@ __all__ = ["place", "PlaceRun", "LivePlacement", "sweep", "SweepRun", "evaluate"
            "EvaluationSummary", "TaskScore", "backtest", "BacktestRun", "build_reference", "BuiltReference",
            "import_reference", "dior", "DiorRun", "render_report", "aggregate", "AggregateRun", "check_tasks",
            "TaskFileCheck", "fit_scaling", "ScalingFit", "lm_eval", "LmEvalRun", "EngineOptions", "Progress",
-           "ReplayModel", "place_checkpoint", "read_run", "RunHistory", "RunCheckpoint"]
+           "ReplayModel", "place_checkpoint", "read_run", "RunHistory", "RunCheckpoint", "watch"]

@@ -30,7 +30,8 @@ class Progress:
     step: str
     """What happened: ``start`` (set up, about to score), ``load`` (a model's weights loaded: only when a
     request is not in the results store), ``stage`` (a placement look), ``round`` (a sweep round), ``model``
-    (a model scored by a build; a model held out by a backtest), ``seed`` (a backtest seed), ``done``."""
+    (a model scored by a build; a model held out by a backtest), ``seed`` (a backtest seed), ``checkpoint`` (a
+    watched checkpoint found waiting, starting or placed), ``done``."""
     message: str
     """One readable line (what the command line prints)."""
     done: int | None = None

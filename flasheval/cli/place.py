@@ -5,7 +5,8 @@ of the pool. With no ``--model`` the default replay model of the reference is pl
 (``meta/llama-3-70b`` on ``helm_lite``: mid-table, needs several stages). Live specs
 ``[NAME=]gguf:FILE`` / ``[NAME=]hf:PATH_OR_ID`` run the model now against a built reference
 (DCLM-format task files or lm-eval tasks, as the reference records); a mismatch of seed, dtype,
-task files or lm-eval settings is refused in one line before the model loads.
+task files or lm-eval settings is refused in one line before the model loads. ``--run RUN --step N``
+places a training run's checkpoint into the run's folder (:func:`flasheval.place_checkpoint`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from flasheval.api.place import PlaceRun, place
+from flasheval.api.runs import place_checkpoint
 from flasheval.cli._options import (
     add_live_options,
     add_lmeval_live_options,
@@ -22,6 +24,7 @@ from flasheval.cli._options import (
     engine_from,
     step_printer,
 )
+from flasheval.errors import InputError
 from flasheval.placement.results import PlacementResult
 from flasheval.records import slug
 from flasheval.reference import MISSING_POLICIES, load_reference
@@ -38,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", default=f"replay:{DEFAULT_REPLAY_MODEL}",
                         help="replay:MODEL_ID (a reference model, held out of the pool), or a live model "
                         "[NAME=]gguf:FILE / hf:PATH_OR_ID on a built reference; default: %(default)s")
-    parser.add_argument("--reference", default="helm_lite", help="reference name or folder (default: %(default)s)")
+    parser.add_argument("--reference", help="reference name or folder (default: helm_lite; with --run: the run's)")
     parser.add_argument("--tiers", default="default", help="tier plan file or name under tiers/ (default: %(default)s)")
     parser.add_argument("--seed", type=int, help="default: 0 (replay), the reference's build seed (live)")
     parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
@@ -48,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-flops", type=float, help="budget: estimated FLOPs (> 0)")
     parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate (> 0)")
     parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/)")
+    parser.add_argument("--run", help="a training run's folder: the record lands in RUN/checkpoints/step-N/ and the "
+                        "results in the run's one store (flasheval.place_checkpoint); with --step")
+    parser.add_argument("--step", type=int, help="with --run: the checkpoint's training step (an integer >= 0)")
     add_live_options(parser)
     add_lmeval_live_options(parser)
     add_progress_options(parser)
@@ -80,12 +86,21 @@ def run(args: argparse.Namespace) -> int:
 
     budget = budget_from(args.max_examples, args.max_tokens, args.max_flops)
     model = resolve_model(args.model)
-    reference = load_reference(args.reference, missing=args.missing)
-    output = Path(args.output or Path("runs") / f"place-{slug(reference.name)}-{slug(model.model_id)}")
-    outcome = place(model, reference, plan=args.tiers, budget=budget, seed=args.seed, aggregate=args.aggregate,
-                    missing=args.missing, n_parameters=args.n_parameters, task_dir=args.task_dir,
-                    include_path=args.include_path, num_fewshot=args.num_fewshot, engine=engine_from(args), output=output,
-                    progress=step_printer(args), distributed=args.distributed)
+    options = dict(plan=args.tiers, budget=budget, seed=args.seed, aggregate=args.aggregate, missing=args.missing,
+                   n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
+                   num_fewshot=args.num_fewshot, engine=engine_from(args), progress=step_printer(args),
+                   distributed=args.distributed)
+    if (args.run is None) != (args.step is None):
+        raise InputError("--run and --step go together: give both (a run's checkpoint) or neither",
+                         field="--run" if args.run is None else "--step")
+    if args.run is not None:
+        if args.output is not None:
+            raise InputError("not with --run (the run folder holds the record and the results)", field="--output")
+        outcome = place_checkpoint(model, run=args.run, step=args.step, reference=args.reference, **options)
+    else:
+        reference = load_reference(args.reference or "helm_lite", missing=args.missing)
+        output = Path(args.output or Path("runs") / f"place-{slug(reference.name)}-{slug(model.model_id)}")
+        outcome = place(model, reference, output=output, **options)
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_placed(outcome)
     return 0

@@ -32,7 +32,8 @@ from flasheval.placement.tiers import Tier
 from flasheval.records import RunRecord, read_record, write_record
 
 __all__ = ["RUN_FILE", "CHECKPOINTS_DIR", "STORE_DIR", "RUN_KIND", "SETTINGS", "RunCheckpoint", "RunHistory",
-           "read_run", "is_run_folder", "record_path", "read_settings", "fix_settings", "check_settings", "hold_run",
+           "read_run", "is_run_folder",
+           "placed_steps", "record_path", "read_settings", "fix_settings", "check_settings", "hold_run",
            "record_fingerprint"]
 
 RUN_FILE = "run.json"
@@ -68,6 +69,8 @@ class RunCheckpoint:
     record_path: Path
     fingerprint: str | None = None
     """What keyed its results (live models; ``None`` for a replayed one)."""
+    n_models: int = 0
+    """Reference models in the pool it was placed among (ranks run from 1 to ``n_models + 1``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +99,15 @@ class RunHistory:
 def is_run_folder(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a folder holding a ``run.json``."""
     return (Path(path) / RUN_FILE).is_file()
+
+
+def placed_steps(run: Path) -> set[int]:
+    """The steps whose record is in the run folder (what a watcher started again skips)."""
+    root = run / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return set()
+    return {int(m.group(1)) for e in root.iterdir()
+            if (m := _STEP_DIR.fullmatch(e.name)) and (e / "place.json").is_file()}
 
 
 def record_path(run: Path, step: int) -> Path:
@@ -212,7 +224,8 @@ def _checkpoint(step: int, path: Path) -> RunCheckpoint:
         tokens=_field(p, "compute.n_tokens", (int,), path, optional=True),
         full_tokens=_field(p, "compute.full_tokens", (float, int), path, optional=True),
         seconds=None if seconds is None else float(seconds), record_path=path,
-        fingerprint=live.get("fingerprint") if isinstance(live, Mapping) else None)
+        fingerprint=live.get("fingerprint") if isinstance(live, Mapping) else None,
+        n_models=_field(p, "n_models", (int,), path))
 
 
 def read_run(run: str | os.PathLike[str]) -> RunHistory:

@@ -1,8 +1,8 @@
 """Reports: render run records (``*.json`` in a run folder) as Markdown and one self-contained HTML page.
 
 ``render_report(path)`` reads one record or every record of a folder, builds the blocks of
-each (:mod:`~flasheval.report.sections`), and writes ``report.md`` (+ ``figures/*.png``) and
-``report.html`` (figures embedded) into the folder.
+each (:mod:`~flasheval.report.sections`; a training run's folder: :mod:`~flasheval.report.run_section`),
+and writes ``report.md`` (+ ``figures/*.png``) and ``report.html`` (figures embedded) into the folder.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flasheval.errors import InputError
+from flasheval.placement.run_folder import RUN_FILE, is_run_folder, read_run
 from flasheval.records import SCHEMA, RunRecord, atomic_write_text, read_record
 from flasheval.report.blocks import Block, Heading, Paragraph
 from flasheval.report.html import render_html
 from flasheval.report.markdown import render_markdown, write_figures
+from flasheval.report.run_section import run_blocks
 from flasheval.report.sections import KNOWN_KINDS, record_blocks
 
 __all__ = ["KNOWN_KINDS", "ReportFiles", "find_records", "render_report"]
@@ -64,16 +66,32 @@ def _looks_like_record(path: Path) -> bool:
     return f'"{SCHEMA}"' in head
 
 
+def _run_folder_blocks(folder: Path) -> tuple[list[Block], tuple[str, ...]]:
+    """A training run's folder: rank against step and every checkpoint's cost (:mod:`~flasheval.report.run_section`)."""
+    history = read_run(folder)
+    return [Heading(text=f"flasheval report: run {history.name}", level=1),
+            Paragraph(text=f"run folder {folder}: {RUN_FILE} and {len(history.checkpoints)} checkpoint record(s)"),
+            *run_blocks(history)], ("run",)
+
+
 def render_report(path: str | os.PathLike[str]) -> ReportFiles:
-    """Render the records at ``path`` into ``report.md``, ``figures/`` and ``report.html`` beside them."""
-    records = find_records(path)
+    """Render the records at ``path`` into ``report.md``, ``figures/`` and ``report.html`` beside them.
+
+    A training run's folder (one holding ``run.json``, :mod:`flasheval.placement.run_folder`) is rendered as
+    one run: rank against step and a table of its checkpoints.
+    """
     p = Path(path)
     folder = p if p.is_dir() else p.parent
-    blocks: list[Block] = [Heading(text=f"flasheval report: {folder.resolve().name}", level=1),
-                           Paragraph(text=f"{len(records)} run record(s): " + ", ".join(r.path.name for r in records))]
-    for record in records:
-        blocks += record_blocks(record, stem=record.path.stem)
+    if p.is_dir() and is_run_folder(p):
+        blocks, kinds = _run_folder_blocks(p)
+    else:
+        records = find_records(path)
+        blocks = [Heading(text=f"flasheval report: {folder.resolve().name}", level=1),
+                  Paragraph(text=f"{len(records)} run record(s): " + ", ".join(r.path.name for r in records))]
+        for record in records:
+            blocks += record_blocks(record, stem=record.path.stem)
+        kinds = tuple(r.kind for r in records)
     figures = write_figures(blocks, folder / "figures")
     md = atomic_write_text(folder / "report.md", render_markdown(blocks))
     page = atomic_write_text(folder / "report.html", render_html(blocks, title=f"flasheval report: {folder.name}"))
-    return ReportFiles(markdown=md, html=page, figures=tuple(figures), kinds=tuple(r.kind for r in records))
+    return ReportFiles(markdown=md, html=page, figures=tuple(figures), kinds=kinds)

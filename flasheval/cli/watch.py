@@ -1,0 +1,75 @@
+"""``flasheval watch DIR --reference R``: a thin shell over :func:`flasheval.watch`.
+
+Places every checkpoint a training run saves into ``DIR`` (Hugging Face ``save_pretrained`` folders such
+as ``checkpoint-500``, ``*.gguf`` files with the step in their name), in step order, into one run folder
+(default ``DIR/flasheval-run``); ``--once`` places what is complete now and exits, otherwise it looks
+again every ``--poll`` seconds until Ctrl-C (exit code 130, every finished record kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from flasheval.api.watch import DEFAULT_RUN_DIR, watch
+from flasheval.cli._options import (
+    add_live_options,
+    add_lmeval_live_options,
+    add_progress_options,
+    budget_from,
+    engine_from,
+    step_printer,
+)
+from flasheval.placement.run_folder import placed_steps
+from flasheval.reference import MISSING_POLICIES
+from flasheval.stats.ranking import AGGREGATES
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("watch", help="place every checkpoint saved into a folder, in step order, into "
+                                                 "one run folder (--once: what is there now)")
+    parser.add_argument("directory", metavar="DIR", help="the folder the training run saves its checkpoints into")
+    parser.add_argument("--reference", required=True, help="reference name or folder (a built live reference)")
+    parser.add_argument("--run", help=f"the run folder (default: DIR/{DEFAULT_RUN_DIR})")
+    parser.add_argument("--once", action="store_true", help="place the checkpoints complete now, then exit")
+    parser.add_argument("--poll", type=float, default=30.0, help="seconds between looks (default: %(default)s)")
+    parser.add_argument("--settle", type=float, default=60.0,
+                        help="a checkpoint is placed once its files have not changed for this long (default: "
+                             "%(default)s s)")
+    parser.add_argument("--tiers", default="default", help="tier plan file or name under tiers/ (default: %(default)s)")
+    parser.add_argument("--simultaneous", type=int, metavar="K",
+                        help="planned number of checkpoints: the level is split over K so that all K intervals "
+                             "cover together")
+    parser.add_argument("--seed", type=int, help="default: the reference's build seed")
+    parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
+    parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
+    parser.add_argument("--max-examples", type=int, help="budget per checkpoint: examples scored (> 0)")
+    parser.add_argument("--max-tokens", type=int, help="budget per checkpoint: tokens processed (> 0)")
+    parser.add_argument("--max-flops", type=float, help="budget per checkpoint: estimated FLOPs (> 0)")
+    parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate (> 0)")
+    add_live_options(parser)
+    add_lmeval_live_options(parser)
+    add_progress_options(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run) if args.run else Path(args.directory) / DEFAULT_RUN_DIR
+    try:
+        history = watch(args.directory, reference=args.reference, run=run_dir, once=args.once, poll_seconds=args.poll,
+                        settle_seconds=args.settle, plan=args.tiers, simultaneous=args.simultaneous, seed=args.seed,
+                        aggregate=args.aggregate, missing=args.missing,
+                        budget=budget_from(args.max_examples, args.max_tokens, args.max_flops),
+                        n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
+                        num_fewshot=args.num_fewshot, engine=engine_from(args), progress=step_printer(args))
+    except KeyboardInterrupt:
+        print(f"flasheval: stopped watching; the {len(placed_steps(run_dir))} checkpoints placed are kept in {run_dir} "
+              "(run the same command to go on)", file=sys.stderr, flush=True)
+        return 130
+    print(f"run {history.name}: {len(history.checkpoints)} checkpoints placed (steps "
+          f"{', '.join(str(c.step) for c in history.checkpoints)}); record: {history.path}; "
+          f"`flasheval report {history.path}` draws rank against step")
+    return 0
