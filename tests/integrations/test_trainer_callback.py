@@ -221,6 +221,11 @@ def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
         for key in ("rank", "interval", "tier", "status", "stages", "compute"):
             assert records["main"][index][key] == on_disk[key], key
         assert records["main"][index]["live"]["examples"] == on_disk["live"]["examples"]
+    # The run report the example rendered: rank against step (the figure) and one row per checkpoint.
     for mode in MODES:
-        report = (root / "runs" / mode / "report.md").read_text(encoding="utf-8")
-        assert "rank" in report.lower() and "step" in report.lower()
+        folder = root / "runs" / mode
+        report = (folder / "report.md").read_text(encoding="utf-8")
+        assert "![Rank against step" in report and (folder / "figures" / "run-ranks.png").stat().st_size > 1000
+        for c in flasheval.read_run(folder).checkpoints:
+            assert f"| {c.step} | {c.model} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] | {c.tier} |" in report
+        assert "Rank against step" in (folder / "report.html").read_text(encoding="utf-8")
