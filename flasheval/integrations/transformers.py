@@ -78,6 +78,27 @@ def placement_metrics(run: Any, *, seconds: float) -> dict[str, float]:
     return {METRIC_PREFIX + name: value for name, value in values.items()}
 
 
+_DECIDED = ("model", "run", "step", "identity", "output", "store")
+"""What the callback (or the run folder) sets for each placement: the model held, the step, ``NAME/step-N``."""
+
+
+def _check_place_kwargs(place_kwargs: Mapping[str, Any]) -> None:
+    """Refuse, when the callback is made rather than at the first placement, a keyword that
+    :func:`flasheval.place_checkpoint` does not take or that the callback sets itself."""
+    import inspect
+
+    from flasheval.api import place, place_checkpoint
+
+    known = {*inspect.signature(place_checkpoint).parameters, *inspect.signature(place).parameters}
+    allowed = sorted(known - {*_DECIDED, "reference", "tokenizer", "distributed", "place_kwargs"})
+    for name in place_kwargs:
+        if name in _DECIDED:
+            raise InputError("set by the callback for each placement (the Trainer's model, its global_step, the "
+                             "run's NAME/step-N)", field=name)
+        if name not in allowed:
+            raise InputError("not a keyword of flasheval.place_checkpoint", field=name, allowed=allowed)
+
+
 class _PlacementHooks:
     """A ``transformers.TrainerCallback`` that places the model every ``every`` steps and/or when the Trainer saves.
 
@@ -121,6 +142,7 @@ class _PlacementHooks:
             raise InputError(f"unknown value {distributed!r}", field="distributed", allowed=DISTRIBUTED)
         if not isinstance(run, (str, Path)):
             raise InputError(f"expected a folder, got {type(run).__name__}", field="run")
+        _check_place_kwargs(place_kwargs)
         self.reference, self.run, self.every, self.on_save_checkpoint = reference, Path(run), every, on_save
         self.distributed, self.tokenizer, self.place_kwargs = distributed, tokenizer, dict(place_kwargs)
         self._trainer: Any = None
@@ -162,7 +184,8 @@ class _PlacementHooks:
 
         from flasheval.api import place_checkpoint
 
-        tokenizer = self.tokenizer or kwargs.get("processing_class") or kwargs.get("tokenizer")
+        tokenizer = next((t for t in (self.tokenizer, kwargs.get("processing_class"), kwargs.get("tokenizer"))
+                          if t is not None), None)
         if tokenizer is None:
             raise InputError("the Trainer has no processing_class: give the callback tokenizer=", field="tokenizer")
         start = time.perf_counter()
