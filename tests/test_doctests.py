@@ -32,6 +32,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.engine.hf_generation": 2,
     "flasheval.engine.in_memory": 4,
     "flasheval.engine.journal": 5,
+    "flasheval.engine.lockstep": 2,
     "flasheval.engine.planning": 4,
     "flasheval.engine.specs": 3,
     "flasheval.engine.store_adoption": 7,

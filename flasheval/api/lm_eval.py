@@ -82,9 +82,9 @@ def lm_eval(
     Collective with ``distributed="all"`` (every process must call, with the same arguments); with ``"main"`` no
     collective at all. Only the main process writes ``output_path`` and gets ``results``; the others get ``results=None``.
     """
+    check_distributed(distributed)
     from flasheval.lmeval import require_lm_eval
 
-    check_distributed(distributed)
 
     require_lm_eval()
     engine = engine_options(engine)

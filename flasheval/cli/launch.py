@@ -55,10 +55,11 @@ def _create_group() -> None:
     import torch
     import torch.distributed as dist
 
+    timeout = timedelta(seconds=_timeout_s())
     cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()
     if not cpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    dist.init_process_group("gloo" if cpu else "nccl", timeout=timedelta(seconds=_timeout_s()))
+    dist.init_process_group("gloo" if cpu else "nccl", timeout=timeout)
 
 
 @contextmanager
@@ -77,9 +78,8 @@ def launch(enabled: bool = True) -> Iterator[str]:
     import torch.distributed as dist
 
     created = not dist.is_initialized()
-    _timeout_s()  # a malformed timeout is refused before anything starts
     if created:
-        _create_group()
+        _create_group()  # a malformed timeout is refused first, in one line
     try:
         yield "all"
     except CollectiveError as exc:

@@ -19,7 +19,8 @@ One job per module:
 * :mod:`~flasheval.engine.store_shards` — the store's files: one shard per model, the old single file's migration;
 * :mod:`~flasheval.engine.store_adoption` — results stored under the earlier key (no run settings), adopted once;
 * :mod:`~flasheval.engine.journal`     — the durable append-only journal both stores write;
-* :mod:`~flasheval.engine.distributed` — data parallelism under ``accelerate launch``;
+* :mod:`~flasheval.engine.distributed` — ``distributed="main"|"all"``: data parallelism over the caller's process group;
+* :mod:`~flasheval.engine.lockstep`    — sharded models (FSDP, ZeRO-3): every process in every forward pass;
 * :mod:`~flasheval.engine.progress_bar` — the per-batch bar (stderr, main process, terminals only);
 
 Importing this package does NOT import torch, transformers or accelerate.

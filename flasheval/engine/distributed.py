@@ -97,9 +97,21 @@ class Processes:
 
 
 def check_distributed(distributed: object) -> str:
-    """``distributed`` checked at an API entry: one line naming the value and the allowed ones."""
+    """``distributed`` checked at an API entry, in one line: an unknown value (naming the allowed ones), or
+    ``"all"`` without an initialised default process group (saying how to get one). Asks nothing of
+    torch.distributed for ``"main"``."""
     if not isinstance(distributed, str) or distributed not in DISTRIBUTED:
         raise InputError(f"unknown value {distributed!r}", field="distributed", allowed=DISTRIBUTED)
+    if distributed == "all":
+        try:
+            import torch.distributed as dist
+        except ImportError:  # pragma: no cover - torch is a dependency of every live path
+            dist = None  # type: ignore[assignment]
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            raise InputError("'all' needs the caller's torch.distributed process group, and none is initialised: "
+                             "call torch.distributed.init_process_group() on every process first, pass "
+                             "distributed='main' to score on the calling process only, or run the command under "
+                             "accelerate launch / torchrun", field="distributed")
     return distributed
 
 
@@ -107,20 +119,13 @@ def processes(distributed: str) -> Processes | None:
     """The :class:`Processes` that score a call with ``distributed``; ``None`` for one process.
 
     ``"main"``: ``None``, and torch.distributed is not touched (not imported, not asked). ``"all"``: every
-    process of the existing default group, which must exist (one line otherwise); a group of one process is
-    ``None`` too. Collective under ``"all"`` (one gather of host names).
+    process of the existing default group, which must exist (one line otherwise, :func:`check_distributed`); a
+    group of one process is ``None`` too. Collective under ``"all"`` (one gather of host names).
     """
     if check_distributed(distributed) == "main":
         return None
-    try:
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch is a dependency of every live path
-        dist = None
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        raise InputError("'all' needs the caller's torch.distributed process group, and none is initialised: call "
-                         "torch.distributed.init_process_group() on every process first, pass distributed='main' to "
-                         "score on the calling process only, or run the command under accelerate launch / torchrun",
-                         field="distributed")
+    import torch.distributed as dist
+
     world, rank = dist.get_world_size(), dist.get_rank()
     if world == 1:
         return None

@@ -73,6 +73,7 @@ def generate_batch(
             pad_token_id=pad_id,
             stop_strings=list(stops) or None,
             tokenizer=tokenizer,
+            synced_gpus=False,  # a sharded model is kept in step by flasheval's own lockstep (engine/lockstep.py)
         )
     pairs = []
     for r, i in enumerate(members):

@@ -77,7 +77,7 @@ def lockstep(model: Any, collective: Callable[[str], AbstractContextManager[None
     def before_pass(module: Any, args: Any) -> None:
         others_working(1)
 
-    handle = model.register_forward_pre_hook(before_pass)
+    handle = model.register_forward_pre_hook(before_pass, prepend=True)  # before the wrapper's own gathers
     try:
         yield
     finally:

@@ -68,6 +68,11 @@ def reference_json(reference) -> dict:
             "examples": [list(ids) for ids in reference.example_ids], "scores": [m.tolist() for m in reference.scores]}
 
 
+def digest(model) -> str:
+    """Of every parameter's bytes: equal weights, equal digest."""
+    return hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+
+
 def check_group(world: int) -> None:
     """The host's group survived the call: initialised, and an all-reduce still adds every rank's 1."""
     assert dist.is_initialized(), "flasheval tore the training job's process group down"
@@ -108,6 +113,7 @@ def main(launcher: str, root: Path, task_dir: Path) -> int:
     got: dict = {"world": world}
     train(2)
     check_group(world)
+    got["weights_placed"] = digest(model)
     if rank == 0:
         model.save_pretrained(root / f"{launcher}-weights")
         got["place_main"] = place_json(flasheval.place(model, reference, tokenizer=tokenizer, identity=IDENTITY,
@@ -143,7 +149,7 @@ def main(launcher: str, root: Path, task_dir: Path) -> int:
     except FlashevalError as exc:
         got["shared_main"] = {"error": str(exc)}
     check_group(world)
-    got["weights"] = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+    got["weights"] = digest(model)
     (root / f"{launcher}-rank{rank}.json").write_text(json.dumps(got))
     dist.barrier()
     dist.destroy_process_group()  # the script's own group (or accelerate's), ended by the script

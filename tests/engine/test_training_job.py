@@ -68,8 +68,18 @@ def _command(launcher: str) -> list[str]:
             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", port]
 
 
-def _one_process(root: Path, launcher: str, task_dir: Path) -> dict:
+_ALONE: dict[str, dict] = {}
+"""One process's results per weights digest: both launchers train to the same weights, scored here once."""
+
+
+def _one_process(root: Path, launcher: str, task_dir: Path, weights: str) -> dict:
     """The same calls on the weights rank 0 placed, in this one process (``distributed="main"``)."""
+    if weights not in _ALONE:
+        _ALONE[weights] = _score_alone(root, launcher, task_dir)
+    return _ALONE[weights]
+
+
+def _score_alone(root: Path, launcher: str, task_dir: Path) -> dict:
     from transformers import LlamaForCausalLM
 
     worker = _worker()
@@ -98,9 +108,10 @@ def test_a_training_job_calls_flasheval_between_steps_in_both_modes(job_root, ta
                           env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [json.loads((job_root / f"{launcher}-rank{r}.json").read_text()) for r in (0, 1)]
-    alone = _one_process(job_root, launcher, task_dir)
+    alone = _one_process(job_root, launcher, task_dir, ranks[0]["weights_placed"])
     assert [r["world"] for r in ranks] == [2, 2]
     assert ranks[0]["weights"] == ranks[1]["weights"]  # DDP kept the replicas equal: the same model on both
+    assert ranks[0]["weights_placed"] == ranks[1]["weights_placed"]
     for rank in ranks:  # identical across ranks, across modes, and equal to one process
         assert rank["place_all"] == alone["place"]
         assert rank["evaluate_all"] == alone["evaluate"]
@@ -136,3 +147,38 @@ def test_nothing_outside_the_launcher_reads_the_launch_environment():
     assert {p: names for p, names in readers.items() if names} == {"flasheval/cli/launch.py": ["WORLD_SIZE",
                                                                                                "LOCAL_RANK"]}
     assert _environment_reads(ast.parse('import os\nos.environ.get("LOCAL_RANK", "0")')) == ["LOCAL_RANK"]
+
+
+CALLS = {
+    "place": lambda d: flasheval.place("m=hf:/nonexistent", "helm_lite", distributed=d),
+    "evaluate": lambda d: flasheval.evaluate("hf:/nonexistent", tasks="copa", task_dir="/nonexistent", distributed=d),
+    "sweep": lambda d: flasheval.sweep(["m=hf:/nonexistent"], "helm_lite", budget=flasheval.Budget(max_examples=9),
+                                       distributed=d),
+    "build_reference": lambda d: flasheval.build_reference(["m=hf:/nonexistent"], name="x", distributed=d),
+    "lm_eval": lambda d: flasheval.lm_eval("hf:/nonexistent", tasks="arc_easy", distributed=d),
+}
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_distributed_is_checked_at_every_entry_in_one_line(call):
+    with pytest.raises(flasheval.InputError) as refused:
+        CALLS[call]("every")
+    assert str(refused.value) == "field 'distributed': unknown value 'every' (allowed: main, all)"
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    with pytest.raises(flasheval.InputError) as alone:  # before anything else is looked at (the paths do not exist)
+        CALLS[call]("all")
+    message = str(alone.value)
+    assert message.startswith("field 'distributed': 'all' needs the caller's torch.distributed process group")
+    assert "distributed='main'" in message and "accelerate launch / torchrun" in message and "\n" not in message
+
+
+def test_main_never_touches_torch_distributed():
+    """``distributed="main"`` imports nothing of torch.distributed (so it cannot depend on a group's state)."""
+    code = ("import sys; from flasheval.engine.distributed import check_distributed, processes; "
+            "assert processes('main') is None and check_distributed('main') == 'main'; "
+            "print(any(m.startswith('torch') for m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
