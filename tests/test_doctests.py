@@ -48,6 +48,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.lmeval.settings": 3,
     "flasheval.placement.allocation": 5,
     "flasheval.placement.backtest": 6,
+    "flasheval.placement.checkpoint_scan": 1,
     "flasheval.placement.calibration": 13,
     "flasheval.placement.dior": 2,
     "flasheval.placement.fluid": 2,

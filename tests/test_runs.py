@@ -117,3 +117,20 @@ def test_a_malformed_record_is_one_line_naming_file_and_field(tmp_path, run_dir)
         flasheval.read_run(run)
     with pytest.raises(flasheval.InputError, match="not a run folder"):
         flasheval.read_run(tmp_path)
+
+
+def test_the_place_command_adds_a_checkpoint_to_a_run_and_refuses_half_of_run_and_step(run_dir, tmp_path, capsys):
+    import shutil
+
+    from flasheval.cli import main
+
+    run_dir = shutil.copytree(run_dir, tmp_path / "copy")
+    assert main(["place", "--model", B, "--run", str(run_dir), "--step", "250", "-q"]) == 0
+    assert f"record: {run_dir / 'checkpoints' / 'step-250' / 'place.json'}" in capsys.readouterr().out
+    assert [c.step for c in flasheval.read_run(run_dir).checkpoints] == [100, 200, 250]
+    for argv, field in ((["--run", str(tmp_path / "x")], "--step"), (["--step", "5"], "--run"),
+                        (["--run", str(run_dir), "--step", "5", "--output", str(tmp_path / "o")], "--output")):
+        assert main(["place", "--model", B, *argv]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"flasheval: error: field '{field}': ") and err.count("\n") == 1, err
+    assert not (run_dir / "checkpoints" / "step-5").exists()
