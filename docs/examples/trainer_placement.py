@@ -9,9 +9,9 @@ seconds through the Trainer's ``log`` (``state.log_history``, and every ``report
 ``checkpoint-N`` folders (what ``flasheval place --model hf:...`` or ``flasheval watch`` places from disk).
 Training goes on after each placement. The main process then renders the run's report: rank against step.
 
-One process: ``python docs/examples/trainer_placement.py [TASK_DIR] [WORK_DIR] [--modes main,all]`` (default
-``../shared/data/tasks`` and ``./trainer-placement``). Data
-parallel on CPU (gloo), every mode in one launch::
+One process: ``python docs/examples/trainer_placement.py [TASK_DIR] [WORK_DIR]`` (default ``../shared/data/tasks``
+and ``./trainer-placement``; mode ``main`` only: ``all`` needs a process group). Data parallel on CPU (gloo), both
+modes in one launch (``--modes`` chooses)::
 
     accelerate launch --multi_gpu --num_processes 2 docs/examples/trainer_placement.py TASK_DIR WORK_DIR
 
@@ -91,12 +91,14 @@ def train(mode: str, root: Path, reference, plan, tokenizer, data) -> None:
                   f"{entry['flasheval/examples']} examples, {entry['flasheval/seconds']:.1f} s")
 
 
-def main(task_dir: Path, root: Path, modes: tuple[str, ...] = ("main", "all")) -> None:
+def main(task_dir: Path, root: Path, modes: tuple[str, ...] | None = None) -> None:
     """Build the reference unless ``root/refs/tiny`` holds it (main process; the others wait), train once per
-    mode, render each run's report."""
+    mode (default: ``main`` and ``all`` under a launch, ``main`` in one process), render each run's report."""
     from transformers import TrainingArguments
 
     setup = TrainingArguments(output_dir=str(root / "setup"), use_cpu=True, report_to="none")
+    if modes is None:
+        modes = ("main", "all") if setup.world_size > 1 else ("main",)
     with setup.main_process_first(local=False, desc="building the reference"):
         if setup.process_index == 0 and not (root / "refs" / "tiny").is_dir():  # a rerun keeps the one built
             build_small_reference(task_dir, root)
@@ -117,7 +119,7 @@ if __name__ == "__main__":
     parser.add_argument("task_dir", nargs="?", default="../shared/data/tasks", type=Path)
     parser.add_argument("work_dir", nargs="?", default="trainer-placement", type=Path,
                         help="where the reference, the runs and the checkpoints go (every process: the same folder)")
-    parser.add_argument("--modes", default="main,all", help="comma-separated: main, all (default both)")
+    parser.add_argument("--modes", help="comma-separated: main, all (default: both under a launch, main alone)")
     options = parser.parse_args()
-    chosen = tuple(m.strip() for m in options.modes.split(",") if m.strip())
+    chosen = None if options.modes is None else tuple(m.strip() for m in options.modes.split(",") if m.strip())
     main(options.task_dir, options.work_dir, chosen)

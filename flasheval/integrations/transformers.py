@@ -31,15 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.checks import check_count
+from flasheval.engine.distributed import DISTRIBUTED, check_distributed
 from flasheval.errors import InputError
 
-__all__ = ["PlacementCallback", "placement_metrics", "METRIC_PREFIX", "DISTRIBUTED"]
+__all__ = ["PlacementCallback", "placement_metrics", "METRIC_PREFIX"]
 
 METRIC_PREFIX = "flasheval/"
 """What every logged name starts with."""
-
-DISTRIBUTED = ("main", "all")
-"""The ``distributed`` values: who places under the Trainer's data parallelism."""
 
 
 def placement_metrics(run: Any, *, seconds: float) -> dict[str, float]:
@@ -159,12 +157,14 @@ class _PlacementHooks:
         return dict(self._placements)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Refuse to train unbound: the placements would reach neither the log history nor the trackers."""
+        """Refuse to train unbound (the placements would reach neither the log history nor the trackers), or with
+        ``distributed="all"`` and no process group: before the first step, not at the first placement."""
         trainer = self._trainer
         if trainer is None or not any(c is self for c in trainer.callback_handler.callbacks):
             raise InputError("the callback is not bound to the Trainer that runs it: call "
                              "placement.set_trainer(trainer) with the Trainer it was given to, before train()",
                              field="PlacementCallback")
+        check_distributed(self.distributed)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Place at every multiple of ``every``."""

@@ -157,6 +157,17 @@ def test_an_unbound_callback_refuses_to_train(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_all_without_a_process_group_is_refused_before_the_first_step(tmp_path):
+    from flasheval.integrations.transformers import PlacementCallback
+
+    placement = PlacementCallback("tiny", run=tmp_path / "run", every=1, distributed="all")
+    trainer = _trainer(tmp_path, [placement])
+    placement.set_trainer(trainer)
+    with pytest.raises(flasheval.InputError, match="field 'distributed': 'all' needs the caller's torch.distributed"):
+        trainer.train()
+    assert trainer.state.global_step == 0 and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"every": 0}, "field 'every': must be an integer >= 1, got 0"),
     ({"every": True}, "field 'every': must be an integer >= 1, got True"),
