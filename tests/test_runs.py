@@ -83,6 +83,8 @@ def test_simultaneous_coverage_splits_the_level_and_is_recorded(tmp_path):
     assert read_record(run / "run.json").payload["plan_level"] == 0.95
     with pytest.raises(flasheval.InputError, match="field 'simultaneous': .* 5, this one with 3"):
         flasheval.place_checkpoint(B, run=run, step=2, simultaneous=3)
+    later = flasheval.place_checkpoint(B, run=run, step=2)  # left out: the run's K
+    assert later.placement.confidence_level == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -134,3 +136,28 @@ def test_the_place_command_adds_a_checkpoint_to_a_run_and_refuses_half_of_run_an
         err = capsys.readouterr().err
         assert err.startswith(f"flasheval: error: field '{field}': ") and err.count("\n") == 1, err
     assert not (run_dir / "checkpoints" / "step-5").exists()
+
+
+def test_a_second_placement_waits_for_the_one_holding_the_run_folder(run_dir, tmp_path, caplog):
+    import os
+    import shutil
+    import threading
+    import time
+
+    from flasheval.engine.store_shards import lock_folder
+
+    run = shutil.copytree(run_dir, tmp_path / "copy")
+    fd = lock_folder(run)  # another placement writing into the folder
+    assert fd is not None
+    released = []
+
+    def release():
+        time.sleep(1.0)
+        released.append(time.time())
+        os.close(fd)
+
+    threading.Thread(target=release).start()
+    with caplog.at_level(logging.WARNING):
+        placed = flasheval.place_checkpoint(B, run=run, step=400)
+    assert released and placed.record_path.stat().st_mtime >= released[0]  # written only once the lock was free
+    assert "another placement is writing into run folder" in caplog.text and "waiting for it" in caplog.text

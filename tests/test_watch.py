@@ -168,12 +168,18 @@ def test_a_watcher_killed_after_its_first_record_resumes_with_what_is_left(saved
     assert sorted(after) == [10, 20, 30] and all(after[s] == kept[s] for s in kept)
 
 
-def test_ctrl_c_stops_the_watcher_in_one_line_with_exit_code_130(saved, tmp_path):
+def _interruptible() -> None:
+    """Ctrl-C as a terminal delivers it, even when the tests run where SIGINT is ignored (a background job)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_stops_the_watcher_in_one_line_with_exit_code_130(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "flasheval", "watch", str(empty), *_options(saved), "--poll",
-                                "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-m", "flasheval", "watch", str(empty), "--reference", "helm_lite",
+                                "--poll", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_interruptible)
     assert "watching" in process.stdout.readline()
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)

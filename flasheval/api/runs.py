@@ -44,7 +44,7 @@ __all__ = ["place_checkpoint", "read_run", "RunHistory", "RunCheckpoint"]
 
 logger = logging.getLogger(__name__)
 
-_RUN_DECIDES = ("output", "store", "reference")
+_RUN_DECIDES = ("output", "store")
 
 
 def _check_step(step: object) -> int:
@@ -151,7 +151,8 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
     simultaneous
         The planned number of checkpoints K of the run: each is placed at level ``1 - (1 - L) / K``
         (:func:`~flasheval.placement.run_coverage.split_level`), so the run's K intervals cover together
-        with probability at least ``L``. ``None``: each checkpoint's interval at the plan's level ``L``.
+        with probability at least ``L``. ``None``: the run's K (given to its first placement), else each
+        checkpoint's interval at the plan's level ``L``.
     **place_kwargs
         Every other keyword of :func:`flasheval.place` (``plan``, ``budget``, ``seed``, ``engine``,
         ``progress``, ``task_dir``, ``identity``, ...), forwarded unchanged; not ``output`` or ``store``
@@ -196,7 +197,7 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
     step = _check_step(step)
     if simultaneous is not None:
         check_count(simultaneous, field="simultaneous")
-    for name in _RUN_DECIDES[:2]:
+    for name in _RUN_DECIDES:
         if name in place_kwargs:
             raise InputError("set by the run folder (its step's record and its shared store); give run= only",
                              field=name)
@@ -206,6 +207,8 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
         if saved is None:
             raise InputError("the first placement of a run needs its reference", field="reference")
         reference = saved["reference_source"]
+    if simultaneous is None and saved is not None:
+        simultaneous = saved["settings"].get("simultaneous")
     ref = resolve_reference(reference, missing=place_kwargs.get("missing", "complete-models"))
     resolved = _model(model, tokenizer, place_kwargs.pop("identity", None), f"{name}/step-{step}")
     plan = resolve_plan(place_kwargs.pop("plan", "default"))

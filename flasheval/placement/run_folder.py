@@ -10,7 +10,7 @@
       folder.lock                       held by the process writing a placement (as a sweep's run folder)
 
 Every placement into the folder (:func:`flasheval.place_checkpoint`, the watcher, ``flasheval place --run``)
-takes ``folder.lock`` (:func:`flasheval.engine.store_shards.lock_folder`), checks its settings against
+takes ``folder.lock`` (:func:`flasheval.engine.store_shards.lock_folder`; a second one waits for it), checks its settings against
 ``run.json`` (:func:`fix_settings`), places through ``store/`` and writes its step's record. A crash keeps
 every finished record and every finished result in the store: placing again computes only what is
 missing. :func:`read_run` reads the folder back as a :class:`RunHistory`.
@@ -18,8 +18,10 @@ missing. :func:`read_run` reads the folder back as a :class:`RunHistory`.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,8 @@ RUN_FILE = "run.json"
 CHECKPOINTS_DIR = "checkpoints"
 STORE_DIR = "store"
 RUN_KIND = "run"
+logger = logging.getLogger(__name__)
+
 _STEP_DIR = re.compile(r"step-(\d+)")
 SETTINGS = ("reference", "plan", "simultaneous", "confidence_level", "seed", "dtype", "engine", "aggregate", "missing")
 """What every checkpoint of a run shares, in the order a difference is reported (the split level follows K)."""
@@ -187,12 +191,19 @@ def check_settings(run: Path, saved: Mapping[str, Any], payload: Mapping[str, An
                              "place into a new run folder)", path=run / RUN_FILE, field=key)
 
 
-def hold_run(run: Path) -> int:
-    """Take the run folder's lock (the sweep's :func:`~flasheval.engine.store_shards.lock_folder`): its descriptor."""
+def hold_run(run: Path, *, poll_seconds: float = 0.5) -> int:
+    """Take the run folder's lock (the sweep's :func:`~flasheval.engine.store_shards.lock_folder`): its descriptor.
+
+    When another process is placing into the folder, wait until it is done (a note says so once): a
+    placement inside a training job should not fail because a watcher or another rank got there first.
+    """
     fd = lock_folder(run)
     if fd is None:
-        raise InputError(f"another placement is writing into this run folder (it holds {FOLDER_LOCK}); wait for it "
-                         "to finish", path=run)
+        logger.warning("note: another placement is writing into run folder %s (it holds %s); waiting for it", run,
+                       FOLDER_LOCK)
+    while fd is None:
+        time.sleep(poll_seconds)
+        fd = lock_folder(run)
     return fd
 
 
