@@ -67,6 +67,9 @@ def test_in_memory_placement_from_a_training_loop_equals_the_cli_on_saved_weight
     assert memory["live"]["examples"] == cli["live"]["examples"]  # per example: score, tokens, few-shot ids, prompt
     assert memory["live"]["spec"] == "memory:demo-run/step-6" and cli["live"]["spec"].startswith("hf:")
     assert len(last.placement.stages) > 1  # several looks, so the comparison covers escalation
+    history = flasheval.read_run(tmp_path / "demo-run")  # one run folder holds both placements, by step
+    assert [(c.step, c.rank, c.interval) for c in history.checkpoints] == [
+        (step, placements[step].rank, placements[step].interval) for step in (3, 6)]
     # The two in-memory placements are different weights (training changed them), stored apart.
     assert placements[3].live.fingerprint != last.live.fingerprint
 

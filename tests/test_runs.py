@@ -161,3 +161,52 @@ def test_a_second_placement_waits_for_the_one_holding_the_run_folder(run_dir, tm
         placed = flasheval.place_checkpoint(B, run=run, step=400)
     assert released and placed.record_path.stat().st_mtime >= released[0]  # written only once the lock was free
     assert "another placement is writing into run folder" in caplog.text and "waiting for it" in caplog.text
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"poll_seconds": 0}, "field '--poll': must be a number > 0, got 0"),
+    ({"settle_seconds": -1}, "field '--settle': must be a number >= 0, got -1"),
+    ({"distributed": "all"}, "field 'distributed': the watcher places from one process"),
+])
+def test_the_watcher_refuses_bad_options_in_one_line(tmp_path, kwargs, message):
+    with pytest.raises(flasheval.InputError, match=message):
+        flasheval.watch(tmp_path, reference="helm_lite", once=True, **kwargs)
+    with pytest.raises(flasheval.InputError, match="no such folder of checkpoints"):
+        flasheval.watch(tmp_path / "missing", reference="helm_lite", once=True)
+    with pytest.raises(flasheval.InputError, match="no complete checkpoint to place yet"):
+        flasheval.watch(tmp_path, reference="helm_lite", once=True)
+
+
+def test_checkpoints_are_found_with_their_step_and_complete_only_when_every_file_is_there(tmp_path):
+    import json
+    import os
+
+    from flasheval.placement.checkpoint_scan import find_checkpoints
+
+    def folder(name, files):
+        (tmp_path / name).mkdir()
+        for file, text in files.items():
+            (tmp_path / name / file).write_text(text)
+
+    shards = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    index = json.dumps({"weight_map": dict(zip("ab", shards))})
+    folder("checkpoint-500", {"config.json": "{}", "model.safetensors": "w"})  # no trainer_state.json yet
+    folder("step700", {"config.json": "{}", "model.safetensors.index.json": index,
+                       "model-00001-of-00002.safetensors": "w"})  # one shard of two
+    folder("final", {"config.json": "{}", "pytorch_model.bin": "w", "trainer_state.json": '{"global_step": 900}'})
+    folder("notes", {"readme.txt": "not a checkpoint"})
+    (tmp_path / "model-step-300.gguf").write_text("gguf")
+    (tmp_path / "other.gguf").write_text("no step in the name")
+    found = find_checkpoints(tmp_path, settle_seconds=0)
+    assert [(c.step, c.path.name, c.kind, c.waiting_for) for c in found] == [
+        (300, "model-step-300.gguf", "gguf", ""),
+        (500, "checkpoint-500", "hf", "trainer_state.json"),
+        (700, "step700", "hf", "shards model-00002-of-00002.safetensors"),
+        (900, "final", "hf", "")]
+    assert found[0].spec == f"gguf:{tmp_path / 'model-step-300.gguf'}"
+    # A file written a moment ago has not settled; the same file 10 s later has.
+    (tmp_path / "step700" / "model-00002-of-00002.safetensors").write_text("w")
+    now = os.stat(tmp_path / "step700" / "model-00002-of-00002.safetensors").st_mtime
+    waiting = {c.step: c.waiting_for for c in find_checkpoints(tmp_path, settle_seconds=5, now=now + 1)}
+    assert waiting[700] == "its files to stop changing for 5 s"
+    assert {c.step: c.complete for c in find_checkpoints(tmp_path, settle_seconds=5, now=now + 10)}[700]

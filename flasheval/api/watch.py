@@ -96,7 +96,8 @@ def watch(directory: str | Path, *, reference: Any, run: str | Path | None = Non
         placement's own events.
     **place_kwargs
         Every other keyword of :func:`flasheval.place_checkpoint` / :func:`flasheval.place` (``plan``,
-        ``budget``, ``seed``, ``engine``, ``simultaneous``, ...), forwarded unchanged to each placement.
+        ``budget``, ``seed``, ``engine``, ``simultaneous``, ...), forwarded unchanged to each placement
+        (``distributed="all"`` is refused: one watcher is one process).
 
     Returns
     -------
@@ -115,6 +116,10 @@ def watch(directory: str | Path, *, reference: Any, run: str | Path | None = Non
     placed again: place it with :func:`flasheval.place_checkpoint`). A watcher killed mid-placement and
     started again places the interrupted checkpoint again, computing only the results its store lacks.
     """
+    if place_kwargs.get("distributed", "main") == "all":  # each process would see the files settle at its own time
+        raise InputError("the watcher places from one process (its own device, device_map for a model larger than "
+                         "one GPU); run one watcher per spare machine, not one per process of a group",
+                         field="distributed", allowed=["main"])
     folder = Path(directory)
     if not folder.is_dir():
         raise InputError("no such folder of checkpoints", path=folder, field="DIR")

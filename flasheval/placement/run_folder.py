@@ -10,10 +10,10 @@
       folder.lock                       held by the process writing a placement (as a sweep's run folder)
 
 Every placement into the folder (:func:`flasheval.place_checkpoint`, the watcher, ``flasheval place --run``)
-takes ``folder.lock`` (:func:`flasheval.engine.store_shards.lock_folder`; a second one waits for it), checks its settings against
-``run.json`` (:func:`fix_settings`), places through ``store/`` and writes its step's record. A crash keeps
-every finished record and every finished result in the store: placing again computes only what is
-missing. :func:`read_run` reads the folder back as a :class:`RunHistory`.
+takes ``folder.lock`` (:func:`flasheval.engine.store_shards.lock_folder`; a second one waits for it), checks
+its settings against ``run.json`` (:func:`fix_settings`), places through ``store/`` and writes its step's
+record. A crash keeps every finished record and every finished result in the store: placing again
+computes only what is missing. :func:`read_run` reads the folder back as a :class:`RunHistory`.
 """
 
 from __future__ import annotations
