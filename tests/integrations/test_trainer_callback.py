@@ -195,7 +195,7 @@ def _without_seconds(entry: dict) -> dict:
 
 @pytest.mark.slow
 def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
-    # ~60-90 s on a loaded 2-core machine: one launch (2 processes importing torch and transformers), two
+    # 25 s idle, 60-90 s on a loaded 2-core machine: one launch (2 processes importing torch and transformers), two
     # trainings of 30 steps with 3 placements each, then the command line on two saved checkpoints.
     from tests.engine.test_distributed import launch, one_thread
 
