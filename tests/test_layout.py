@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("scaling",),     # scaling-law fits and their run tables
     ("report",),      # Markdown + HTML + figures from run records
     ("api",),         # the Python API: one function per job, the one path behind each command
+    ("integrations",),  # training-framework callbacks (transformers' Trainer), each a shell over the API
     ("cli",),         # one thin module per subcommand, a shell over the API
     ("__main__",),
     ("root",),        # the package itself: re-exports the API (lazily), imported by no module of it

@@ -1,0 +1,208 @@
+"""``PlacementCallback``: place the model a Hugging Face ``Trainer`` trains, every N steps or when it saves.
+
+A ``transformers.TrainerCallback`` over :func:`flasheval.place_checkpoint`, the generic hook a hand-written
+loop calls itself: at step ``N`` it places the model the Trainer holds (unwrapped from DDP), as checkpoint
+``N`` of the run folder ``run``, and logs the result through the Trainer's own ``log``, so the placement
+lands in ``state.log_history`` and reaches every callback the Trainer reports to (``report_to``: W&B,
+TensorBoard, ...) as the Trainer is configured::
+
+    placement = PlacementCallback(reference, run="runs/demo", every=50, plan="default")
+    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                      callbacks=[placement])
+    placement.set_trainer(trainer)  # its metrics go through trainer.log
+    trainer.train()
+
+A callback sees neither its Trainer nor the others (the ``report_to`` integrations come first in the
+Trainer's list, so no ``on_log`` of a later callback can add to what they receive): ``set_trainer`` hands
+it the Trainer, as transformers' own checkpointing callback is handed its Trainer.
+
+Under the Trainer's data parallelism, ``distributed="main"`` (the default) places on the world's process
+zero only, with no collective (the other processes carry on training and wait at the next all-reduce);
+``"all"`` places on every process together, the examples split among them (a collective: each process's
+callback calls it at the same step). Importing this module does not import transformers: the class is made
+on first use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flasheval.checks import check_count
+from flasheval.engine.distributed import DISTRIBUTED, check_distributed
+from flasheval.errors import InputError
+
+__all__ = ["PlacementCallback", "placement_metrics", "METRIC_PREFIX"]
+
+METRIC_PREFIX = "flasheval/"
+"""What every logged name starts with."""
+
+
+def placement_metrics(run: Any, *, seconds: float) -> dict[str, float]:
+    """The numbers a placement logs: ``flasheval/rank``, ``rank_lo``, ``rank_hi``, ``tier``, ``examples``,
+    ``tokens``, ``resolved`` and ``seconds``.
+
+    Parameters
+    ----------
+    run
+        The :class:`~flasheval.api.place.PlaceRun` of one checkpoint.
+    seconds
+        How long the placement held training up (wall seconds of the call).
+
+    Returns
+    -------
+    dict
+        Numbers only (trackers plot numbers): ``tier`` is the tier's best rank (tier ``"2-4"`` logs 2; the
+        label is in the run record), ``resolved`` is 1 when the tier's resolution was met and 0 when the
+        budget ran out first; ``tokens`` is left out when the scorer counts none.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as S
+    >>> placement = S(rank=2, interval=(1, 3), tier="2-4", status="resolved", compute=S(n_examples=18, n_tokens=900))
+    >>> placement_metrics(S(placement=placement), seconds=1.5)["flasheval/tier"]
+    2
+    """
+    placement = run.placement
+    values: dict[str, float] = {"rank": placement.rank, "rank_lo": placement.interval[0],
+                                "rank_hi": placement.interval[1], "examples": placement.compute.n_examples,
+                                "resolved": int(placement.status == "resolved"), "seconds": round(seconds, 3)}
+    if placement.tier is not None:
+        values["tier"] = int(placement.tier.split("-")[0].rstrip("+"))
+    if placement.compute.n_tokens is not None:
+        values["tokens"] = placement.compute.n_tokens
+    return {METRIC_PREFIX + name: value for name, value in values.items()}
+
+
+_DECIDED = ("model", "run", "step", "identity", "output", "store")
+"""What the callback (or the run folder) sets for each placement: the model held, the step, ``NAME/step-N``."""
+
+
+def _check_place_kwargs(place_kwargs: Mapping[str, Any]) -> None:
+    """Refuse, when the callback is made rather than at the first placement, a keyword that
+    :func:`flasheval.place_checkpoint` does not take or that the callback sets itself."""
+    import inspect
+
+    from flasheval.api import place, place_checkpoint
+
+    known = {*inspect.signature(place_checkpoint).parameters, *inspect.signature(place).parameters}
+    allowed = sorted(known - {*_DECIDED, "reference", "tokenizer", "distributed", "place_kwargs"})
+    for name in place_kwargs:
+        if name in _DECIDED:
+            raise InputError("set by the callback for each placement (the Trainer's model, its global_step, the "
+                             "run's NAME/step-N)", field=name)
+        if name not in allowed:
+            raise InputError("not a keyword of flasheval.place_checkpoint", field=name, allowed=allowed)
+
+
+class _PlacementHooks:
+    """A ``transformers.TrainerCallback`` that places the model every ``every`` steps and/or when the Trainer saves.
+
+    Parameters
+    ----------
+    reference
+        The reference to place on (a name, a folder or a loaded reference), as :func:`flasheval.place` takes.
+    run
+        The run folder: every placement is one checkpoint of it, at the Trainer's ``global_step``
+        (:func:`flasheval.read_run` reads it back, ``flasheval report RUN`` draws rank against step).
+    every
+        Place when ``global_step`` is a multiple of it (``on_step_end``).
+    on_save
+        Place when the Trainer saves a checkpoint (``on_save``), once per step whatever else asked.
+    distributed
+        ``"main"``: only the world's process zero places, no collective; ``"all"``: every process places
+        together (collective; every process gets the same result). One process alone: the same result.
+    tokenizer
+        Default: the Trainer's ``processing_class``.
+    **place_kwargs
+        Every other keyword of :func:`flasheval.place_checkpoint` (``plan``, ``budget``, ``seed``,
+        ``simultaneous``, ``task_dir``, ``progress``, ...), forwarded as is.
+
+    Notes
+    -----
+    Call :meth:`set_trainer` with the Trainer before ``trainer.train()``: the metrics go through
+    ``trainer.log`` (``state.log_history`` and the ``report_to`` integrations); training refuses to start
+    without it. :attr:`placements` holds what this process placed, by step.
+    """
+
+    def __init__(self, reference: Any, *, run: str | Path, every: int | None = None, on_save: bool = False,
+                 distributed: str = "main", tokenizer: Any = None, **place_kwargs: Any) -> None:
+        if every is not None:
+            check_count(every, field="every")
+        if not isinstance(on_save, bool):
+            raise InputError(f"must be True or False, got {on_save!r}", field="on_save")
+        if every is None and not on_save:
+            raise InputError("give every=N (place every N steps) or on_save=True (place every saved checkpoint)",
+                             field="every")
+        if distributed not in DISTRIBUTED:
+            raise InputError(f"unknown value {distributed!r}", field="distributed", allowed=DISTRIBUTED)
+        if not isinstance(run, (str, Path)):
+            raise InputError(f"expected a folder, got {type(run).__name__}", field="run")
+        _check_place_kwargs(place_kwargs)
+        self.reference, self.run, self.every, self.on_save_checkpoint = reference, Path(run), every, on_save
+        self.distributed, self.tokenizer, self.place_kwargs = distributed, tokenizer, dict(place_kwargs)
+        self._trainer: Any = None
+        self._placements: dict[int, Any] = {}
+
+    def set_trainer(self, trainer: Any) -> None:
+        """Log through ``trainer`` (its ``log``: ``state.log_history`` and the ``report_to`` integrations)."""
+        self._trainer = trainer
+
+    @property
+    def placements(self) -> Mapping[int, Any]:
+        """Every :class:`~flasheval.api.place.PlaceRun` this process got, by step (none on the other processes
+        under ``distributed="main"``)."""
+        return dict(self._placements)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Refuse to train unbound (the placements would reach neither the log history nor the trackers), or with
+        ``distributed="all"`` and no process group: before the first step, not at the first placement."""
+        trainer = self._trainer
+        if trainer is None or not any(c is self for c in trainer.callback_handler.callbacks):
+            raise InputError("the callback is not bound to the Trainer that runs it: call "
+                             "placement.set_trainer(trainer) with the Trainer it was given to, before train()",
+                             field="PlacementCallback")
+        check_distributed(self.distributed)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Place at every multiple of ``every``."""
+        if self.every is not None and state.global_step % self.every == 0:
+            self._place(state, kwargs)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Place the checkpoint just saved (``on_save=True``), unless this step was placed already."""
+        if self.on_save_checkpoint:
+            self._place(state, kwargs)
+
+    def _place(self, state: Any, kwargs: dict[str, Any]) -> None:
+        step = state.global_step
+        if step in self._placements or (self.distributed == "main" and not state.is_world_process_zero):
+            return
+        from transformers.modeling_utils import unwrap_model
+
+        from flasheval.api import place_checkpoint
+
+        tokenizer = next((t for t in (self.tokenizer, kwargs.get("processing_class"), kwargs.get("tokenizer"))
+                          if t is not None), None)
+        if tokenizer is None:
+            raise InputError("the Trainer has no processing_class: give the callback tokenizer=", field="tokenizer")
+        start = time.perf_counter()
+        result = place_checkpoint(unwrap_model(kwargs["model"]), run=self.run, step=step, reference=self.reference,
+                                  tokenizer=tokenizer, distributed=self.distributed, **self.place_kwargs)
+        self._placements[step] = result
+        self._trainer.log(placement_metrics(result, seconds=time.perf_counter() - start))
+
+
+def __getattr__(name: str) -> Any:
+    # The class derives from transformers.TrainerCallback; it is made when first asked for, so importing
+    # flasheval (or this module) does not import transformers.
+    if name != "PlacementCallback":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from transformers import TrainerCallback
+
+    made = type("PlacementCallback", (_PlacementHooks, TrainerCallback),
+                {"__module__": __name__, "__qualname__": "PlacementCallback", "__doc__": _PlacementHooks.__doc__})
+    globals()["PlacementCallback"] = made
+    return made
