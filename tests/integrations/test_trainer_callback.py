@@ -6,8 +6,9 @@
   through ``report_to`` (where W&B and TensorBoard sit: before the placement callback in the Trainer's list);
   the last placement equals ``flasheval.place`` of the trained model, called afresh;
 * two processes (``docs/examples/trainer_placement.py``): no hang, both processes train every step with
-  placements in between, one record per placement, the same results in both modes, equal to
-  ``flasheval place`` of the checkpoints the Trainer saved, and the run report draws rank against step.
+  placements in between, one record per placement, the same results in both modes, equal to what
+  ``flasheval watch DIR --once`` places from the checkpoints the Trainer saved, and the run report draws rank
+  against step.
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ def _without_seconds(entry: dict) -> dict:
 @pytest.mark.slow
 def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
     # 25 s idle, 60-90 s on a loaded 2-core machine: one launch (2 processes importing torch and transformers), two
-    # trainings of 30 steps with 3 placements each, then the command line on two saved checkpoints.
+    # trainings of 30 steps with 3 placements each, then `flasheval watch --once` on the four saved checkpoints.
     from tests.engine.test_distributed import launch, one_thread
 
     example = TRAINER
@@ -225,15 +226,18 @@ def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
         for key in ("rank", "interval", "tier", "status", "stages", "compute"):
             assert main_record[key] == all_record[key], key
         assert main_record["live"]["examples"] == all_record["live"]["examples"]
-    # The command line on the checkpoints the Trainer saved gives the same placements.
-    for index in (0, len(steps) - 1):
-        out = root / f"cli-{steps[index]}"
-        assert one_thread(lambda: cli(["place", "--model", f"m=hf:{root / 'main' / f'checkpoint-{steps[index]}'}",
-                                       "--reference", str(world["reference"]), "--tiers", str(world["plan"]),
-                                       "--device", "cpu", "--output", str(out)])) == 0
-        on_disk = read_record(out / "place.json").payload
+    # `flasheval watch DIR --once` on the checkpoints the Trainer saved: every one placed, in step order, each the
+    # same placement as the callback's of the same weights in memory.
+    watched = root / "watched"
+    assert one_thread(lambda: cli(["watch", str(root / "main"), "--reference", str(world["reference"]), "--tiers",
+                                   str(world["plan"]), "--device", "cpu", "--run", str(watched), "--once",
+                                   "--settle", "0", "-q"])) == 0
+    saved = flasheval.read_run(watched).checkpoints
+    assert [c.step for c in saved] == sorted({*steps, example.STEPS})
+    for index, step in enumerate(steps):
+        on_disk = read_record(saved[index].record_path).payload
         for key in ("rank", "interval", "tier", "status", "stages", "compute"):
-            assert records["main"][index][key] == on_disk[key], key
+            assert records["main"][index][key] == on_disk[key], (step, key)
         assert records["main"][index]["live"]["examples"] == on_disk["live"]["examples"]
     # The run report the example rendered: rank against step (the figure) and one row per checkpoint.
     for mode in MODES:
