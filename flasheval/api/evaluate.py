@@ -109,11 +109,7 @@ def evaluate(
         |delta log-likelihood| (:mod:`flasheval.evaluation.dtype_comparison`). ``hf:`` / ``gguf:`` models only, in
         another dtype than the run's.
     distributed
-        ``"main"`` (default): only the calling process scores; no collective, ``torch.distributed`` untouched, so
-        rank 0 of a training job may call alone while the others carry on. ``"all"``: every process of the
-        caller's default ``torch.distributed`` group makes this same call; the work is split across them and every
-        process gets the same result (refused in one line when no group is initialised). See docs/engine.md,
-        "Several processes".
+        ``"main"`` (default) or ``"all"``: who scores (section "Distributed" below; docs/engine.md, "Several processes").
 
     force
         Replace a ``summary.json`` in ``output`` that another model or command wrote (refused without it).
@@ -124,8 +120,10 @@ def evaluate(
 
     Distributed
     -----------
-    Collective with ``distributed="all"`` (every process must call, with the same arguments); with ``"main"`` no
-    collective at all. Only the main process writes ``output``; the others return the same records with ``is_main_process`` false. A ``replay:`` model runs nothing and no collective in either mode.
+    ``distributed="main"``: only the calling process scores, with no collective and ``torch.distributed`` untouched
+    (rank 0 of a training job may call alone while the others carry on). ``"all"``: collective; every process of the
+    caller's default group makes this same call, the work is split across them and every process gets the same
+    result (refused in one line when no group is initialised). Only the main process writes ``output``; the others return the same records with ``is_main_process`` false. A ``replay:`` model runs nothing and no collective in either mode.
     """
     check_distributed(distributed)
     report = Reporter(progress)

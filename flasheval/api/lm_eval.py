@@ -71,16 +71,14 @@ def lm_eval(
     progress_bar
         A bar on stderr per forward batch: ``None`` shows it when stderr is a terminal, ``True``/``False``.
     distributed
-        ``"main"`` (default): only the calling process scores; no collective, ``torch.distributed`` untouched, so
-        rank 0 of a training job may call alone while the others carry on. ``"all"``: every process of the
-        caller's default ``torch.distributed`` group makes this same call; the work is split across them and every
-        process gets the same result (refused in one line when no group is initialised). See docs/engine.md,
-        "Several processes".
+        ``"main"`` (default) or ``"all"``: who scores (section "Distributed" below; docs/engine.md, "Several processes").
 
     Distributed
     -----------
-    Collective with ``distributed="all"`` (every process must call, with the same arguments); with ``"main"`` no
-    collective at all. Only the main process writes ``output_path`` and gets ``results``; the others get ``results=None``.
+    ``distributed="main"``: only the calling process scores, with no collective and ``torch.distributed`` untouched
+    (rank 0 of a training job may call alone while the others carry on). ``"all"``: collective; every process of the
+    caller's default group makes this same call, the work is split across them and every process gets the same
+    result (refused in one line when no group is initialised). Only the main process writes ``output_path`` and gets ``results``; the others get ``results=None``.
     """
     check_distributed(distributed)
     from flasheval.lmeval import require_lm_eval

@@ -216,11 +216,7 @@ def place(
         Replace a record in ``output`` that another model or command wrote (refused without it; a record of
         this same model is replaced with a note).
     distributed
-        ``"main"`` (default): only the calling process scores; no collective, ``torch.distributed`` untouched, so
-        rank 0 of a training job may call alone while the others carry on. ``"all"``: every process of the
-        caller's default ``torch.distributed`` group makes this same call; the work is split across them and every
-        process gets the same result (refused in one line when no group is initialised). See docs/engine.md,
-        "Several processes".
+        ``"main"`` (default) or ``"all"``: who scores (section "Distributed" below; docs/engine.md, "Several processes").
 
     Returns
     -------
@@ -228,8 +224,10 @@ def place(
 
     Distributed
     -----------
-    Collective with ``distributed="all"`` (every process must call, with the same arguments); with ``"main"`` no
-    collective at all. Only the main process writes ``output``; every process returns the same placement. A ``replay:`` model runs nothing and no collective in either mode.
+    ``distributed="main"``: only the calling process scores, with no collective and ``torch.distributed`` untouched
+    (rank 0 of a training job may call alone while the others carry on). ``"all"``: collective; every process of the
+    caller's default group makes this same call, the work is split across them and every process gets the same
+    result (refused in one line when no group is initialised). Only the main process writes ``output``; every process returns the same placement. A ``replay:`` model runs nothing and no collective in either mode.
     """
     check_distributed(distributed)
     wall_start = time.perf_counter()

@@ -128,16 +128,14 @@ def sweep(
     force
         Replace a ``sweep.json`` in ``output`` that is not a sweep record (refused without it).
     distributed
-        ``"main"`` (default): only the calling process scores; no collective, ``torch.distributed`` untouched, so
-        rank 0 of a training job may call alone while the others carry on. ``"all"``: every process of the
-        caller's default ``torch.distributed`` group makes this same call; the work is split across them and every
-        process gets the same result (refused in one line when no group is initialised). See docs/engine.md,
-        "Several processes".
+        ``"main"`` (default) or ``"all"``: who scores (section "Distributed" below; docs/engine.md, "Several processes").
 
     Distributed
     -----------
-    Collective with ``distributed="all"`` (every process must call, with the same arguments); with ``"main"`` no
-    collective at all. Live checkpoints only: only the main process writes the run folder; every process returns the same result. A replay sweep runs nothing and no collective in either mode.
+    ``distributed="main"``: only the calling process scores, with no collective and ``torch.distributed`` untouched
+    (rank 0 of a training job may call alone while the others carry on). ``"all"``: collective; every process of the
+    caller's default group makes this same call, the work is split across them and every process gets the same
+    result (refused in one line when no group is initialised). Live checkpoints only: only the main process writes the run folder; every process returns the same result. A replay sweep runs nothing and no collective in either mode.
     """
     check_distributed(distributed)
     engine = engine_options(engine)
