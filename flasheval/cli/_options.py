@@ -9,6 +9,8 @@ from flasheval.api.options import EngineOptions
 from flasheval.api.progress import Progress
 from flasheval.errors import InputError
 from flasheval.placement.results import Budget
+from flasheval.reference import MISSING_POLICIES
+from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["add_live_options", "add_lmeval_live_options", "budget_from", "add_progress_options", "step_printer",
            "progress_bar_from", "add_device_map_options", "engine_from"]
@@ -60,6 +62,19 @@ def _timing(p: Progress) -> str:
 def progress_bar_from(args: argparse.Namespace) -> bool | None:
     """``progress_bar=`` of an API call: ``False`` with ``--quiet``, else ``None`` (shown when stderr is a terminal)."""
     return False if args.quiet else None
+
+
+def add_placement_options(parser: argparse.ArgumentParser, *, seed_help: str, budget: str) -> None:
+    """The options of one placement: plan, seed, aggregate, missing-data policy, budget caps (``budget``: what they
+    cap, e.g. ``"in total"``), parameters (``place`` and ``watch``)."""
+    parser.add_argument("--tiers", default="default", help="tier plan file or name under tiers/ (default: %(default)s)")
+    parser.add_argument("--seed", type=int, help=seed_help)
+    parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
+    parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
+    parser.add_argument("--max-examples", type=int, help=f"budget: examples scored {budget} (> 0)")
+    parser.add_argument("--max-tokens", type=int, help=f"budget: tokens processed {budget} (> 0)")
+    parser.add_argument("--max-flops", type=float, help=f"budget: estimated FLOPs {budget} (> 0)")
+    parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate (> 0)")
 
 
 def add_live_options(parser: argparse.ArgumentParser) -> None:

@@ -18,6 +18,7 @@ from flasheval.api.runs import place_checkpoint
 from flasheval.cli._options import (
     add_live_options,
     add_lmeval_live_options,
+    add_placement_options,
     add_progress_options,
     budget_from,
     engine_from,
@@ -26,8 +27,7 @@ from flasheval.cli._options import (
 from flasheval.errors import InputError
 from flasheval.placement.results import PlacementResult
 from flasheval.records import default_run_folder
-from flasheval.reference import MISSING_POLICIES, load_reference
-from flasheval.stats.ranking import AGGREGATES
+from flasheval.reference import load_reference
 
 __all__ = ["register", "run", "DEFAULT_REPLAY_MODEL", "format_summary", "format_timing", "format_neighbours"]
 
@@ -41,14 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="replay:MODEL_ID (a reference model, held out of the pool), or a live model "
                         "[NAME=]gguf:FILE / hf:PATH_OR_ID on a built reference; default: %(default)s")
     parser.add_argument("--reference", help="reference name or folder (default: helm_lite; with --run: the run's)")
-    parser.add_argument("--tiers", default="default", help="tier plan file or name under tiers/ (default: %(default)s)")
-    parser.add_argument("--seed", type=int, help="default: 0 (replay), the reference's build seed (live)")
-    parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
-    parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
-    parser.add_argument("--max-examples", type=int, help="budget: examples scored in total (> 0)")
-    parser.add_argument("--max-tokens", type=int, help="budget: tokens processed in total (> 0)")
-    parser.add_argument("--max-flops", type=float, help="budget: estimated FLOPs (> 0)")
-    parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate (> 0)")
+    add_placement_options(parser, seed_help="default: 0 (replay), the reference's build seed (live)",
+                          budget="in total")
     parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/, with 8 hex digits "
                         "of the exact names appended where a name has characters a folder name cannot keep)")
     parser.add_argument("--force", action="store_true",

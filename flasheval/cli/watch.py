@@ -16,14 +16,13 @@ from flasheval.api.watch import DEFAULT_RUN_DIR, watch
 from flasheval.cli._options import (
     add_live_options,
     add_lmeval_live_options,
+    add_placement_options,
     add_progress_options,
     budget_from,
     engine_from,
     step_printer,
 )
 from flasheval.placement.run_folder import placed_steps
-from flasheval.reference import MISSING_POLICIES
-from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["register", "run"]
 
@@ -39,17 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--settle", type=float, default=60.0,
                         help="a checkpoint is placed once its files have not changed for this long (default: "
                              "%(default)s s)")
-    parser.add_argument("--tiers", default="default", help="tier plan file or name under tiers/ (default: %(default)s)")
     parser.add_argument("--simultaneous", type=int, metavar="K",
                         help="planned number of checkpoints: the level is split over K so that all K intervals "
                              "cover together")
-    parser.add_argument("--seed", type=int, help="default: the reference's build seed")
-    parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
-    parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
-    parser.add_argument("--max-examples", type=int, help="budget per checkpoint: examples scored (> 0)")
-    parser.add_argument("--max-tokens", type=int, help="budget per checkpoint: tokens processed (> 0)")
-    parser.add_argument("--max-flops", type=float, help="budget per checkpoint: estimated FLOPs (> 0)")
-    parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate (> 0)")
+    add_placement_options(parser, seed_help="default: the reference's build seed", budget="per checkpoint")
     add_live_options(parser)
     add_lmeval_live_options(parser)
     add_progress_options(parser)
