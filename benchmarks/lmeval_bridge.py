@@ -75,7 +75,7 @@ def _timed(lm, task_dir: Path):
 
     lm.loglikelihood = timed
     started = time.perf_counter()
-    results = run_tasks(lm, list(TASKS.values()), task_manager=make_task_manager(str(task_dir)))
+    results = run_tasks(lm, list(TASKS.values()), task_manager=make_task_manager(str(task_dir), list(TASKS.values())))
     return results, sum(spent), time.perf_counter() - started
 
 

@@ -103,7 +103,7 @@ def lm_eval(
     from flasheval.lmeval.loading import open_lmeval_model
     from flasheval.lmeval.tasks import make_task_manager, run_tasks
 
-    manager = make_task_manager(None if include_path is None else str(include_path))
+    manager = make_task_manager(None if include_path is None else str(include_path), names)
     folder = Path(store or (Path(output_path) / "store" if output_path else
                             default_run_folder("lm-eval", named.model_id) / "store"))
     start = time.perf_counter()

@@ -121,7 +121,7 @@ class LmEvalTaskBuild:
         from flasheval.lmeval.tasks import make_task_manager
         from flasheval.reference.lmeval_live import select_docs
 
-        manager = make_task_manager(include_path)
+        manager = make_task_manager(include_path, task_names)
         known = set(manager.all_tasks)
         unknown = [t for t in task_names if t not in known]
         if unknown:  # before any model opens (lm-eval itself would raise a KeyError on --n-examples)

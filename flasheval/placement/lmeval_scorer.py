@@ -79,7 +79,7 @@ class LmEvalScorer:
                  n_parameters: int | None = None) -> None:
         self._lm = lm
         self._settings = settings
-        self._manager = make_task_manager(include_path)
+        self._manager = make_task_manager(include_path, sorted(settings.tasks))
         self.n_parameters = n_parameters
         self.requests: list[tuple[str, tuple[str, ...]]] = []
         self.scored: list[tuple[str, str, float, int]] = []

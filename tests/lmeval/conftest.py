@@ -1,5 +1,5 @@
 """Fixtures for the lm-eval bridge: synthetic local tasks, lm-eval's own HF backend and the bridge
-on the real SmolLM2-135M (the GGUF's weights, converted once per run: ``tests/conftest.py``), and one
+on the real SmolLM2-135M (the GGUF's weights as a Hugging Face folder: ``tests/conftest.py``), and one
 ``simple_evaluate`` run of each on the same tasks."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def runs(smollm_hf, lmeval_tasks, bridge, lm_eval):
 
     from flasheval.lmeval.tasks import make_task_manager, run_tasks
 
-    manager = make_task_manager(str(lmeval_tasks))
+    manager = make_task_manager(str(lmeval_tasks), ALL_TASKS)
     hf = HFLM(pretrained=str(smollm_hf), dtype="float32", device="cpu", batch_size=16)
     out = {"hf": run_tasks(hf, ALL_TASKS, task_manager=manager), "hf_lm": hf}
     out["flasheval"] = run_tasks(bridge.lm, ALL_TASKS, task_manager=manager)

@@ -18,6 +18,7 @@ from flasheval.reference import read_lm_eval_samples
 from tests._tiny_models import save_tiny_models
 from tests.conftest import REPO_ROOT
 from tests.engine.test_distributed import _free_port, one_thread
+from tests.lmeval.conftest import ALL_TASKS
 
 TASKS = "synth_arith,synth_story,synth_text"
 
@@ -91,3 +92,21 @@ def test_without_lm_eval_the_command_says_how_to_install_it(tmp_path):
     assert done.stderr.strip().splitlines() == [
         'flasheval: error: lm-evaluation-harness is not installed; install it with: pip install -e ".[lm-eval]"  '
         '(or: pip install "lm-eval[hf]==0.4.13")']
+
+
+def test_only_the_include_path_is_indexed_when_it_holds_every_task(lmeval_tasks, tmp_path):
+    # Indexing lm-eval's own ~15,000 task configs costs 15-20 s. The tasks loaded from the include path alone are
+    # lm-eval's: tests/lmeval/test_lmeval_placement.py places against configs pinned by lm-eval's own CLI (which
+    # indexes everything) and would be refused if they differed.
+    from flasheval.lmeval.tasks import _own_task_manager
+
+    own = _own_task_manager(str(lmeval_tasks), ["synth_arith", "synth_gen"])
+    assert own is not None and set(own.all_tasks) == set(ALL_TASKS)
+    assert set(own.load(["synth_story"])["tasks"]) == {"synth_story"}
+    for f in lmeval_tasks.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "group.yaml").write_text("group: synth_pair\ntask:\n  - synth_arith\n  - synth_story\n")
+    # a group, an installed task's name or no include path: lm-eval's own tasks are indexed too
+    assert _own_task_manager(str(tmp_path), ["synth_pair"]) is None
+    assert _own_task_manager(str(tmp_path), ["synth_arith", "arc_easy"]) is None
+    assert _own_task_manager(None, ["synth_arith"]) is None and _own_task_manager(str(tmp_path), []) is None

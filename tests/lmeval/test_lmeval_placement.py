@@ -1,6 +1,8 @@
-"""End to end on lm-eval tasks: lm-eval's own CLI and HF backend score two models (the real SmolLM2 and a
-tiny random Llama) on two synthetic local tasks (0-shot and 3-shot multiple choice) with
-``--log_samples``; ``reference import --format lm-eval-samples`` records the task settings; a
+"""End to end on lm-eval tasks: lm-eval's HF backend scores two models on two synthetic local tasks (0-shot and
+3-shot multiple choice) with ``--log_samples``: the real SmolLM2 through lm-eval's own command line (``lm_eval
+run``, in this process), a tiny random Llama through what that command runs (``simple_evaluate`` and its
+``EvaluationTracker``, on the include path's task index alone); ``reference import --format lm-eval-samples``
+records the task settings (from the command line's logs, which indexed every installed task); a
 third model is placed live through the bridge, stage by stage, on only the new doc ids. Its
 scores must equal lm-eval's HF backend's on the same docs (an independent run), and a changed
 task config, few-shot count or lm-eval version must be refused in one line.
@@ -10,7 +12,6 @@ DCLM-format build (token counts included, so a sweep under a token budget runs o
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -43,11 +44,34 @@ tiers:
 
 
 def _lm_eval_cli(model_args: str, tasks: Path, out: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "lm_eval", "run", "--model", "hf", "--model_args", model_args,
-                           "--tasks", ",".join(TASKS), "--include_path", str(tasks), "--log_samples",
-                           "--output_path", str(out), "--device", "cpu", "--batch_size", "16"],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
+    """``lm_eval run`` (lm-eval's own command line) in this process: torch and lm-eval are imported already."""
+    from lm_eval._cli import HarnessCLI
+
+    cli = HarnessCLI()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["lm_eval", "run", "--model", "hf", "--model_args", model_args, "--tasks",
+                                    ",".join(TASKS), "--include_path", str(tasks), "--log_samples", "--output_path",
+                                    str(out), "--device", "cpu", "--batch_size", "16"])
+        cli.execute(cli.parse_args())
+    assert list(out.glob("*/samples_synth_story_*.jsonl"))
+
+
+def _lm_eval_run(model_args: str, tasks: Path, out: Path) -> None:
+    """What ``lm_eval run`` runs and writes (lm-eval's ``simple_evaluate``, then its ``EvaluationTracker``), with the
+    task index of the include path alone (``make_task_manager``): indexing every installed task costs 15-20 s."""
+    import lm_eval
+    from lm_eval.loggers import EvaluationTracker
+
+    from flasheval.lmeval.tasks import make_task_manager
+
+    tracker = EvaluationTracker(output_path=str(out))
+    results = lm_eval.simple_evaluate(model="hf", model_args=model_args, tasks=list(TASKS), device="cpu",
+                                      batch_size=16, task_manager=make_task_manager(str(tasks), TASKS),
+                                      log_samples=True, evaluation_tracker=tracker)
+    samples = results.pop("samples")
+    tracker.save_results_aggregated(results=results, samples=samples)
+    for task_name in results["configs"]:
+        tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +80,7 @@ def world(tmp_path_factory, lmeval_tasks, smollm_hf, lm_eval):
     tiny = save_tiny_models(root / "models", seeds=(0, 1))
     logs = root / "logs"
     _lm_eval_cli(f"pretrained={smollm_hf},dtype=float32", lmeval_tasks, logs)
-    _lm_eval_cli(f"pretrained={tiny['m0']},dtype=float32", lmeval_tasks, logs)
+    _lm_eval_run(f"pretrained={tiny['m0']},dtype=float32", lmeval_tasks, logs)
     assert main(["reference", "import", str(logs), "--format", "lm-eval-samples", "--name", "lmref",
                  "--include-path", str(lmeval_tasks), "--output-dir", str(root / "refs")]) == 0
     (root / "plan.yaml").write_text(PLAN, encoding="utf-8")
