@@ -1,8 +1,10 @@
-"""End to end on lm-eval tasks: lm-eval's HF backend scores two models on two synthetic local tasks (0-shot and
-3-shot multiple choice) with ``--log_samples``: the real SmolLM2 through lm-eval's own command line (``lm_eval
-run``, in this process), a tiny random Llama through what that command runs (``simple_evaluate`` and its
-``EvaluationTracker``, on the include path's task index alone); ``reference import --format lm-eval-samples``
-records the task settings (from the command line's logs, which indexed every installed task); a
+"""End to end on lm-eval tasks: lm-eval's HF backend scores two tiny random Llamas on two synthetic local tasks
+(0-shot and 3-shot multiple choice) with ``--log_samples``: one through lm-eval's own command line (``lm_eval run``,
+in this process), one through what that command runs (``simple_evaluate`` and its ``EvaluationTracker``, on the
+include path's task index alone). The claims here are not about a real model: lm-eval's HF backend on the real
+SmolLM2 is compared with the bridge request by request in ``test_lmeval_bridge.py``.
+``reference import --format lm-eval-samples`` records the task settings (from the command line's logs, which
+indexed every installed task); a
 third model is placed live through the bridge, stage by stage, on only the new doc ids. Its
 scores must equal lm-eval's HF backend's on the same docs (an independent run), and a changed
 task config, few-shot count or lm-eval version must be refused in one line.
@@ -75,11 +77,11 @@ def _lm_eval_run(model_args: str, tasks: Path, out: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, lmeval_tasks, smollm_hf, lm_eval):
+def world(tmp_path_factory, lmeval_tasks, lm_eval):
     root = tmp_path_factory.mktemp("lmeval_e2e")
-    tiny = save_tiny_models(root / "models", seeds=(0, 1))
+    tiny = save_tiny_models(root / "models", seeds=(0, 1, 2))  # m0 and m2: the reference; m1: placed
     logs = root / "logs"
-    _lm_eval_cli(f"pretrained={smollm_hf},dtype=float32", lmeval_tasks, logs)
+    _lm_eval_cli(f"pretrained={tiny['m2']},dtype=float32", lmeval_tasks, logs)
     _lm_eval_run(f"pretrained={tiny['m0']},dtype=float32", lmeval_tasks, logs)
     assert main(["reference", "import", str(logs), "--format", "lm-eval-samples", "--name", "lmref",
                  "--include-path", str(lmeval_tasks), "--output-dir", str(root / "refs")]) == 0
