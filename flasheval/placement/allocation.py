@@ -177,11 +177,11 @@ def residual_spreads(scores: Sequence[np.ndarray]) -> list[float]:
         slope = (resid @ cc) / var_c if var_c > 1e-12 else np.zeros(s.shape[0])
         # the same operations as ``mean((yc - slope cc) ** 2)`` on the same contiguous array, so the same bits,
         # without three more temporaries of the matrix's size (a pool of thousands: hundreds of MB)
-        buf = np.empty((min(256, len(resid)), len(cc)))
+        buf = np.empty((max(1, min(32_768 // max(len(cc), 1), len(resid))), len(cc)))  # a block that stays in cache
         for i in range(0, len(resid), len(buf)):
             part = resid[i:i + len(buf)]
             np.multiply(slope[i:i + len(buf), None], cc[None, :], out=buf[:len(part)])
             np.subtract(part, buf[:len(part)], out=part)
-        np.square(resid, out=resid)
+            np.square(part, out=part)
         out.append(float(np.sqrt(np.mean(resid))))
     return out

@@ -69,6 +69,9 @@ __all__ = ["Calibration", "brownian_paths", "stop_miss_rates", "stop_misses", "m
 MEMO_SIZE = 1024
 """How many calibrations one process keeps (each is four floats; least recently used go first)."""
 
+HEAD = 256
+"""True positions (best first) tried at every spread before the others: where a constant usually fails."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
@@ -234,11 +237,16 @@ def _calibrate(values: Sequence[float], se: Sequence[float], fits: np.ndarray, c
                      rank=rank_function(values_arr), alpha=alpha, chunk=chunk,
                      screen=_screen_size(n_paths, screen_paths, alpha, screen_tail))
     c = bound
+    # fail fast: the worst case is usually next to the best pool model, first in order, so every spread's
+    # first positions are tried before any spread's others; each position is simulated once at each spread,
+    # so the constant and its worst miss are those of any order
+    head = slice(0, min(len(thetas), HEAD))
+    parts = [(s, head) for s in scales] + [(s, slice(head.stop, None)) for s in scales]
     while c < pocock:
         worst = top_limit_miss(c, information)
         if worst <= alpha:
-            for s in scales:  # fail fast: the worst case is usually next to the best pool model, first in order
-                worst = max(worst, search.worst(c, s))
+            for s, positions in parts:
+                worst = max(worst, search.worst(c, s, positions))
                 if worst > alpha:
                     break
         if worst <= alpha:
@@ -272,8 +280,8 @@ class _Search:
     chunk: int
     screen: tuple[int, int]
 
-    def worst(self, c: float, scale: float) -> float:
-        """The largest miss rate at the stop over the true positions at spread ``scale`` (all paths),
+    def worst(self, c: float, scale: float, positions: slice = slice(None)) -> float:
+        """The largest miss rate at the stop over the true ``positions`` at spread ``scale`` (all paths),
         returned as soon as one exceeds ``alpha``; positions the screen clears are left out.
 
         Only paths that can miss are simulated (:func:`miss_looks`, found once for every position), so a
@@ -284,9 +292,10 @@ class _Search:
         until = miss_looks(c, se, np.ascontiguousarray(self.z.T), self.thetas, self.rank, self.values, self.truths)
         first, rest = until[:n_screen], until[n_screen:]
         block = max(self.chunk, self.chunk * n_paths // max(int((until >= 0).sum()), 1))
+        first_position, end, _ = positions.indices(len(self.thetas))
         worst = 0.0
-        for start in range(0, len(self.thetas), block):
-            thetas, truths = self.thetas[start:start + block], self.truths[start:start + block]
+        for start in range(first_position, end, block):
+            thetas, truths = self.thetas[start:min(start + block, end)], self.truths[start:min(start + block, end)]
             misses = stop_misses(c, self.values, se, self.z[:n_screen], self.fits, thetas, rank=self.rank,
                                  truths=truths, until=first)
             doubtful = (misses >= least).any(axis=1)

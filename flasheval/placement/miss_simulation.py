@@ -54,24 +54,33 @@ def stop_misses(c: float, values: np.ndarray, se: np.ndarray, z: np.ndarray, fit
     true = rank(theta)[:, None] if truths is None else np.asarray(truths, dtype=np.int64)
     n_truths = true.shape[1]
     last = miss_looks(c, se, by_look, theta, rank, values, true) if until is None else np.asarray(until)
-    kept = np.flatnonzero(last >= 0).astype(np.int32)
-    # the (position, path) pairs not stopped yet that can still miss, with their position's value and true ranks
-    rows = np.repeat(np.arange(len(theta), dtype=np.int32), len(kept))
+    kept = np.flatnonzero(last >= 0)
+    # the (position, path) pairs not stopped yet that can still miss, and their position's value
+    rows = np.repeat(np.arange(len(theta), dtype=np.intp), len(kept))
     cols = np.tile(kept, len(theta))
-    at, truth, until = theta[rows], true[rows], last[cols]
+    at = theta[rows]
     misses = np.zeros((len(theta), n_truths), dtype=np.int64)
     for k in range(len(se)):
         if len(rows) == 0:
             break
-        est = at + se[k] * by_look[k][cols]
+        est = by_look[k][cols]  # the estimate theta + se_k z_k, computed in place (the same bits)
+        est *= se[k]
+        est += at
         half = c * se[k]
-        lo, hi = rank(est + half), rank(est - half)
-        stop = flat[lo * width + hi]
-        for j in range(n_truths):
-            missed = stop & ((truth[:, j] < lo) | (truth[:, j] > hi))
-            misses[:, j] += np.bincount(rows[missed], minlength=len(theta))
-        going = ~stop & (until > k)  # a path past its last possible miss adds nothing wherever it stops
-        rows, cols, at, truth, until = rows[going], cols[going], at[going], truth[going], until[going]
+        lo = rank(est + half)
+        est -= half
+        hi = rank(est)
+        cell = lo * width + hi
+        stop = flat[cell]
+        stopped = np.flatnonzero(stop)  # few pairs stop at one look: their misses are counted on them alone
+        if len(stopped):
+            where = rows[stopped]
+            truth = true[where]
+            missed = (truth < lo[stopped, None]) | (truth > hi[stopped, None])
+            for j in range(n_truths):
+                misses[:, j] += np.bincount(where[missed[:, j]], minlength=len(theta))
+        going = np.flatnonzero(~stop & (last[cols] > k))  # past its last possible miss, a path adds nothing
+        rows, cols, at = rows[going], cols[going], at[going]
     return misses[:, 0] if truths is None else misses
 
 

@@ -103,7 +103,7 @@ def test_a_placement_keeping_the_pool_summaries_takes_the_same_looks_as_one_gath
 
 def test_residual_spreads_in_place_equal_the_direct_formula_bit_for_bit():
     gen = np.random.default_rng(6)
-    pool = _fractional_pool(gen, n_models=600, sizes=(37, 5))  # more rows than one block of the in-place pass
+    pool = _fractional_pool(gen, n_models=600, sizes=(200, 5))  # the first: more rows than one block in cache
     direct = []
     for s in pool:
         cov = s.mean(axis=0)
