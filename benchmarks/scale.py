@@ -10,11 +10,15 @@ printed with them.
 Parts (``--only`` picks some; all by default, about 20-30 minutes on 2 cores):
 
 ``placement``
-    One replayed model placed with the default plan on synthetic pools of 200, 1,000 and 4,000 models
-    (``flasheval.placement.simulation.synthetic_reference``, 6 datasets, 5,700 examples): the whole
-    placement's time outside the scorer (the replay scorer costs nothing), the calibration's share, the
-    same placement again with the calibration on disk, and the calibrated constant with the screen
-    against the full simulation (every position on every path).
+    First the issue's figure: ``flasheval.place`` of the model at index ``n // 3`` of each of four synthetic
+    pools, ``synthetic_reference(n, [1000, 800, 1200, 500, 1500, 700], rng=r)`` for ``r = 0..3``, replayed
+    with the default plan, at ``n = 200`` and ``n = 4,000``: CPU seconds of the whole call (outside the
+    scorer: the replay scorer costs nothing), the calibration cold (an empty cache folder, an empty memo),
+    after one warm-up placement on a small pool (imports); each pool's 4,000 / 200 ratio and the worst ratio
+    (target: at most 10x on every pool). The two sizes alternate; ``--repeats`` runs of each, medians.
+    Then one replayed model on pools of 200, 1,000 and 4,000 models (6 datasets, 5,700 examples): the
+    calibration's share, the same placement again with the calibration on disk, and the calibrated
+    constant with the screen against the full simulation (every position on every path).
 ``backtest``
     ``backtest --held-out 200`` (default methods) on a 4,000-model pool, and on a 1,000-model pool.
 ``sweep``
@@ -49,6 +53,7 @@ import numpy as np  # noqa: E402
 
 PARTS = ("placement", "backtest", "sweep", "store", "import")
 SIZES = (1000, 1000, 1000, 1000, 1000, 700)  # 6 datasets, 5,700 examples
+POOL_SIZES = (1000, 800, 1200, 500, 1500, 700)  # issue 32's four pools: 6 datasets, 5,700 examples
 
 
 def _row(figure: str, value: float, unit: str, peer: str = "", peer_value: float | None = None,
@@ -67,6 +72,52 @@ def _fresh_memo() -> None:
     from flasheval.placement import calibration
 
     calibration._MEMO.clear()
+
+
+def _place_cold(n: int, r: int) -> tuple[float, float, Any]:
+    """``(CPU s, wall s, PlaceRun)`` of ``flasheval.place`` of the model at ``n // 3`` of pool ``r`` (``n`` models),
+    its calibration cold: an empty cache folder and an empty memo."""
+    import flasheval
+    from flasheval.placement.simulation import synthetic_reference
+
+    ref = synthetic_reference(n, POOL_SIZES, rng=r)
+    held = ref.model_ids[n // 3]
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["FLASHEVAL_CACHE"] = cache
+        _fresh_memo()
+        run, wall, cpu = _timed(lambda: flasheval.place(f"replay:{held}", ref, seed=0))
+    os.environ["FLASHEVAL_CACHE"] = "off"
+    return cpu, wall, run
+
+
+def measure_pools(sizes: tuple[int, int] = (200, 4000), pools: tuple[int, ...] = (0, 1, 2, 3),
+                  repeats: int = 3) -> list[dict[str, Any]]:
+    """Issue 32's placement overhead: CPU of ``place`` with a cold calibration on each pool at both sizes, medians
+    of ``repeats`` alternating runs; one row per pool (the larger size against the smaller) and the worst ratio."""
+    small, large = sizes
+    _place_cold(50, 9)  # warm-up: imports and first calls are no part of a placement's overhead
+    rows, ratios = [], []
+    for r in pools:
+        cpu: dict[int, list[float]] = {small: [], large: []}
+        runs: dict[int, Any] = {}
+        loads = []
+        for _ in range(repeats):
+            for n in sizes:  # alternate the two sizes, so that a change of the machine's load hits both
+                seconds, _, runs[n] = _place_cold(n, r)
+                cpu[n].append(seconds)
+                loads.append(os.getloadavg()[0])
+        a, b = float(np.median(cpu[large])), float(np.median(cpu[small]))
+        ratios.append(a / b)
+        got = {n: runs[n].placement for n in sizes}
+        rows.append(_row(f"place, pool {r}: {large} models (CPU, cold calibration)", a, "s", f"{small} models", b,
+                         f"runs {', '.join(f'{x:.2f}' for x in cpu[large])} / {', '.join(f'{x:.2f}' for x in cpu[small])}"
+                         f" s; load {min(loads):.1f}-{max(loads):.1f}; placed {got[large].rank} {list(got[large].interval)}"
+                         f" in {got[large].compute.n_examples} examples / {got[small].rank} {list(got[small].interval)}"
+                         f" in {got[small].compute.n_examples}"))
+    worst = int(np.argmax(ratios))
+    rows.append(_row(f"place, {large} / {small} models: worst ratio of the {len(pools)} pools", max(ratios), "x", "",
+                     None, f"pool {pools[worst]}; ratios " + ", ".join(f"{x:.1f}" for x in ratios) + "; target <= 10x"))
+    return rows
 
 
 def measure_placement(sizes: tuple[int, ...] = (200, 1000, 4000)) -> list[dict[str, Any]]:
@@ -257,7 +308,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts out of {', '.join(PARTS)}")
     parser.add_argument("--small", action="store_true", help="every part at about a tenth of its size (smoke run)")
+    parser.add_argument("--repeats", type=int, default=3, help="placement: alternating runs per pool and size (medians)")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -265,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["FLASHEVAL_CACHE"] = "off"  # each part measures its own calibrations
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     jobs = OrderedDict([
-        ("placement", lambda: measure_placement((100, 200, 400) if args.small else (200, 1000, 4000))),
+        ("placement", lambda: measure_pools((100, 400) if args.small else (200, 4000), repeats=args.repeats)
+         + measure_placement((100, 200, 400) if args.small else (200, 1000, 4000))),
         ("backtest", lambda: measure_backtest((100, 400), k=20) if args.small else measure_backtest()),
         ("sweep", lambda: measure_sweep(n_pool=50, sizes=(20, 50)) if args.small else measure_sweep()),
         ("store", lambda: measure_store_part(args.small)),

@@ -173,8 +173,15 @@ def residual_spreads(scores: Sequence[np.ndarray]) -> list[float]:
         cov = s.mean(axis=0)
         cc = cov - cov.mean()
         var_c = float(cc @ cc)
-        yc = s - s.mean(axis=1, keepdims=True)
-        slope = (yc @ cc) / var_c if var_c > 1e-12 else np.zeros(s.shape[0])
-        resid = yc - slope[:, None] * cc[None, :]
-        out.append(float(np.sqrt(np.mean(resid ** 2))))
+        resid = s - s.mean(axis=1, keepdims=True)  # centred rows, then made the residuals in place
+        slope = (resid @ cc) / var_c if var_c > 1e-12 else np.zeros(s.shape[0])
+        # the same operations as ``mean((yc - slope cc) ** 2)`` on the same contiguous array, so the same bits,
+        # without three more temporaries of the matrix's size (a pool of thousands: hundreds of MB)
+        buf = np.empty((max(1, min(32_768 // max(len(cc), 1), len(resid))), len(cc)))  # a block that stays in cache
+        for i in range(0, len(resid), len(buf)):
+            part = resid[i:i + len(buf)]
+            np.multiply(slope[i:i + len(buf), None], cc[None, :], out=buf[:len(part)])
+            np.subtract(part, buf[:len(part)], out=part)
+            np.square(part, out=part)
+        out.append(float(np.sqrt(np.mean(resid))))
     return out

@@ -31,8 +31,11 @@ What holds is a guarantee under the normal model up to Monte Carlo error: ``n_pa
 (seeded, so the constant is a deterministic function of the pool and the looks), standard error about
 ``sqrt(alpha (1 - alpha) / n_paths)`` on each simulated rate (0.34 points at 4,000 paths and 5%).
 
-Cost, linear in the pool. A rank is a bin-table lookup, a few gathers whatever the pool's size
-(:func:`rank_function`). Every position is first simulated on the first ``screen_paths`` paths (a prefix of
+Cost, linear in the pool (:mod:`flasheval.placement.miss_simulation`). A rank is a bin-table lookup, a few
+gathers whatever the pool's size (:func:`rank_function`). Only the paths that can miss somewhere are walked,
+each up to its last look that could miss (:func:`miss_looks`: at a look with ``|Z_k| < c`` every interval
+covers every position, so a miss needs a crossing; about one path in ten at the constants found): the same
+counts as walking every path. Every position is first simulated on the first ``screen_paths`` paths (a prefix of
 the same paths); a position with fewer misses there than a rate of ``alpha`` gives with probability
 ``screen_tail`` (``1e-6``: ``Binomial(1000, 0.05) <= 21``) is not simulated further, the others are completed
 on the remaining paths, so their rates are exactly those of all ``n_paths`` paths. On the pools measured
@@ -56,13 +59,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from flasheval.placement.calibration_cache import CALIBRATION_VERSION, read_cached, write_cached
+from flasheval.placement.miss_simulation import miss_looks, rank_function, stop_miss_rates, stop_misses
 from flasheval.stats.sequential import continuation_probability, pocock_constant
 
-__all__ = ["Calibration", "brownian_paths", "stop_miss_rates", "stop_misses", "rank_function", "top_limit_miss",
-           "true_positions", "limit_positions", "calibrated_constant", "MEMO_SIZE"]
+# the simulation's functions live in miss_simulation and are re-exported here, where they were first
+__all__ = ["Calibration", "brownian_paths", "stop_miss_rates", "stop_misses", "miss_looks", "rank_function",
+           "top_limit_miss", "true_positions", "limit_positions", "calibrated_constant", "MEMO_SIZE"]
 
 MEMO_SIZE = 1024
 """How many calibrations one process keeps (each is four floats; least recently used go first)."""
+
+HEAD = 256
+"""True positions (best first) tried at every spread before the others: where a constant usually fails."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,117 +99,6 @@ def brownian_paths(information: Sequence[float], n_paths: int, rng: np.random.Ge
     info = np.asarray(information, dtype=np.float64)
     steps = rng.standard_normal((n_paths, len(info))) * np.sqrt(np.diff(np.r_[0.0, info]))
     return np.cumsum(steps, axis=1) / np.sqrt(info)
-
-
-def stop_miss_rates(c: float, values: np.ndarray, se: np.ndarray, z: np.ndarray, fits: np.ndarray,
-                    thetas: np.ndarray, *, rank: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-    """Per true position, ``P(the rank interval at the stopping look misses the true rank)``.
-
-    ``values``: the pool's full-data aggregates, higher is better; ``se``: each look's standard error;
-    ``z``: ``(paths, looks)`` standardized paths; ``fits[lo, hi]``: whether the rule stops on ``[lo, hi]``
-    (shape at least ``(n_pool + 2, n_pool + 2)``); ``thetas``: true aggregates. A path that never stops
-    reaches the look where every example is scored, which cannot miss. ``rank``: ``rank_function(values)``,
-    when the caller has it already.
-    """
-    return stop_misses(c, values, se, z, fits, thetas, rank=rank) / z.shape[0]
-
-
-def stop_misses(c: float, values: np.ndarray, se: np.ndarray, z: np.ndarray, fits: np.ndarray,
-                thetas: np.ndarray, *, rank: Callable[[np.ndarray], np.ndarray] | None = None,
-                truths: np.ndarray | None = None) -> np.ndarray:
-    """:func:`stop_miss_rates` as counts of missing paths (``int64``, one per true position).
-
-    ``truths``: ``(positions, k)`` true ranks to score each position's paths against (default: the
-    rank of ``theta``, one column); the counts then have the same shape. Two true ranks at one
-    position are the limits from above and below a pool model's value: the same paths, the same
-    intervals, a true rank one apart.
-    """
-    rank = rank_function(values) if rank is None else rank
-    theta = np.asarray(thetas, dtype=np.float64)
-    se = np.asarray(se, dtype=np.float64)
-    n_paths = z.shape[0]
-    by_look = np.ascontiguousarray(np.asarray(z, dtype=np.float64).T)  # one contiguous row of paths per look
-    width = fits.shape[1]
-    flat = np.ascontiguousarray(fits, dtype=bool).ravel()  # fits[lo, hi] == flat[lo * width + hi]
-    true = rank(theta)[:, None] if truths is None else np.asarray(truths, dtype=np.int64)
-    n_truths = true.shape[1]
-    # the (position, path) pairs not stopped yet, with their position's value and true ranks
-    rows = np.repeat(np.arange(len(theta), dtype=np.int32), n_paths)
-    cols = np.tile(np.arange(n_paths, dtype=np.int32), len(theta))
-    at, truth = theta[rows], true[rows]
-    misses = np.zeros((len(theta), n_truths), dtype=np.int64)
-    for k in range(len(se)):
-        if len(rows) == 0:
-            break
-        est = at + se[k] * by_look[k][cols]
-        half = c * se[k]
-        lo, hi = rank(est + half), rank(est - half)
-        stop = flat[lo * width + hi]
-        for j in range(n_truths):
-            missed = stop & ((truth[:, j] < lo) | (truth[:, j] > hi))
-            misses[:, j] += np.bincount(rows[missed], minlength=len(theta))
-        going = ~stop
-        rows, cols, at, truth = rows[going], cols[going], at[going], truth[going]
-    return misses[:, 0] if truths is None else misses
-
-
-def rank_function(values: Sequence[float], *, bins_per_value: int = 16,
-                  max_occupancy: int = 6) -> Callable[[np.ndarray], np.ndarray]:
-    """``rank(x) = 1 + #(values > x)``, vectorised and exact: a bin table, ``searchsorted`` for crowded values.
-
-    The distinct values' range is split into ``bins_per_value`` bins per distinct value. A query's bin
-    ``b = floor((x - x0) / h)`` is a non-decreasing function of ``x`` in floating point, so every value in a
-    higher bin is above ``x`` and every value in a lower bin below it: ``rank(x) = 1 + above[b] +`` the
-    values of bin ``b`` above ``x``, compared exactly (ties count with their multiplicity). It costs a
-    few gathers per query, whatever the pool's size; a binary search costs ``log2(n)`` dependent,
-    cache-missing steps. Where some bin holds more than ``max_occupancy`` distinct values (a tight
-    cluster), ``searchsorted`` serves instead.
-
-    Examples
-    --------
-    >>> rank = rank_function([0.3, 0.9, 0.5])
-    >>> rank(np.array([1.0, 0.9, 0.7, 0.5, 0.1, -5.0])).tolist()
-    [1, 1, 2, 2, 4, 4]
-    >>> rank_function([0.2, 0.2, 0.7])(np.array([0.1, 0.2, 0.5])).tolist()  # ties count twice
-    [4, 2, 2]
-    """
-    v = np.asarray(values, dtype=np.float64).ravel()
-    distinct, counts = np.unique(v, return_counts=True)
-    desc = -v[np.argsort(-v, kind="stable")]  # ascending negatives: rank(x) = 1 + searchsorted(desc, -x, "left")
-
-    def by_search(x: np.ndarray) -> np.ndarray:
-        return 1 + np.searchsorted(desc, -np.asarray(x, dtype=np.float64), side="left")
-
-    if len(distinct) < 2:
-        return by_search
-    h = float(distinct[-1] - distinct[0]) / (bins_per_value * len(distinct))
-    x0 = float(distinct[0]) - h
-    n_bins = int(np.ceil((distinct[-1] + h - x0) / h)) + 2
-    bin_of = np.clip(((distinct - x0) / h).astype(np.int64), 0, n_bins - 1)
-    occupancy = np.bincount(bin_of, minlength=n_bins)
-    slots = int(occupancy.max())
-    if slots > max_occupancy or not np.isfinite(h) or h <= 0:
-        return by_search
-    weight = np.bincount(bin_of, weights=counts, minlength=n_bins).astype(np.int64)
-    above = (1 + np.r_[np.cumsum(weight[::-1])[::-1][1:], 0]).astype(np.int64)  # 1 + values in higher bins
-    slot = np.arange(len(distinct)) - np.r_[0, np.cumsum(occupancy)][bin_of]  # position within its bin
-    slot_value = np.full((slots, n_bins), -np.inf)  # -inf: an empty slot is never above x
-    slot_value[slot, bin_of] = distinct
-    slot_count = np.zeros((slots, n_bins), dtype=np.int64)
-    slot_count[slot, bin_of] = counts
-    tied = bool((counts > 1).any())
-
-    def rank(x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        b = ((x - x0) / h).astype(np.int64)
-        np.clip(b, 0, n_bins - 1, out=b)
-        r = above[b]
-        for j in range(slots):
-            higher = slot_value[j][b] > x
-            r += slot_count[j][b] * higher if tied else higher
-        return r
-
-    return rank
 
 
 def top_limit_miss(c: float, information: Sequence[float]) -> float:
@@ -271,7 +168,7 @@ def calibrated_constant(values: Sequence[float], se: Sequence[float], fits: np.n
         Monte Carlo paths, the new model's spreads relative to the pool's, the grid of constants,
         the paths' seed (fixed: the result depends only on the pool and the looks).
     chunk
-        True positions per vectorised block (memory: ``chunk x n_paths``).
+        Memory of a vectorised block: ``chunk x n_paths`` (position, path) pairs, of the paths that can miss.
     screen_paths, screen_tail
         The screen (module docstring): paths every position is first simulated on, and the binomial
         tail below which a position is not simulated further (``screen_paths >= n_paths``: no screen).
@@ -340,11 +237,16 @@ def _calibrate(values: Sequence[float], se: Sequence[float], fits: np.ndarray, c
                      rank=rank_function(values_arr), alpha=alpha, chunk=chunk,
                      screen=_screen_size(n_paths, screen_paths, alpha, screen_tail))
     c = bound
+    # fail fast: the worst case is usually next to the best pool model, first in order, so every spread's
+    # first positions are tried before any spread's others; each position is simulated once at each spread,
+    # so the constant and its worst miss are those of any order
+    head = slice(0, min(len(thetas), HEAD))
+    parts = [(s, head) for s in scales] + [(s, slice(head.stop, None)) for s in scales]
     while c < pocock:
         worst = top_limit_miss(c, information)
         if worst <= alpha:
-            for s in scales:  # fail fast: the worst case is usually next to the best pool model, first in order
-                worst = max(worst, search.worst(c, s))
+            for s, positions in parts:
+                worst = max(worst, search.worst(c, s, positions))
                 if worst > alpha:
                     break
         if worst <= alpha:
@@ -378,20 +280,29 @@ class _Search:
     chunk: int
     screen: tuple[int, int]
 
-    def worst(self, c: float, scale: float) -> float:
-        """The largest miss rate at the stop over the true positions at spread ``scale`` (all paths),
-        returned as soon as one exceeds ``alpha``; positions the screen clears are left out."""
+    def worst(self, c: float, scale: float, positions: slice = slice(None)) -> float:
+        """The largest miss rate at the stop over the true ``positions`` at spread ``scale`` (all paths),
+        returned as soon as one exceeds ``alpha``; positions the screen clears are left out.
+
+        Only paths that can miss are simulated (:func:`miss_looks`, found once for every position), so a
+        block holds as many positions as keep ``chunk x n_paths`` (position, path) pairs."""
         n_screen, least = self.screen
         n_paths = self.z.shape[0]
         se = scale * self.se
+        until = miss_looks(c, se, np.ascontiguousarray(self.z.T), self.thetas, self.rank, self.values, self.truths)
+        first, rest = until[:n_screen], until[n_screen:]
+        block = max(self.chunk, self.chunk * n_paths // max(int((until >= 0).sum()), 1))
+        first_position, end, _ = positions.indices(len(self.thetas))
         worst = 0.0
-        for start in range(0, len(self.thetas), self.chunk):
-            thetas, truths = self.thetas[start:start + self.chunk], self.truths[start:start + self.chunk]
-            misses = stop_misses(c, self.values, se, self.z[:n_screen], self.fits, thetas, rank=self.rank, truths=truths)
+        for start in range(first_position, end, block):
+            thetas, truths = self.thetas[start:min(start + block, end)], self.truths[start:min(start + block, end)]
+            misses = stop_misses(c, self.values, se, self.z[:n_screen], self.fits, thetas, rank=self.rank,
+                                 truths=truths, until=first)
             doubtful = (misses >= least).any(axis=1)
             if n_screen < n_paths and doubtful.any():
                 misses = misses[doubtful] + stop_misses(c, self.values, se, self.z[n_screen:], self.fits,
-                                                        thetas[doubtful], rank=self.rank, truths=truths[doubtful])
+                                                        thetas[doubtful], rank=self.rank, truths=truths[doubtful],
+                                                        until=rest)
             if doubtful.any():
                 worst = max(worst, float(misses.max()) / n_paths)
             if worst > self.alpha:

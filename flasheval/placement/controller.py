@@ -32,7 +32,7 @@ from flasheval.placement.scorers import ExampleScorer, ScoredExamples
 from flasheval.placement.stop_rule import decide
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
-from flasheval.stats.bootstrap import RankDistribution, rank_distribution
+from flasheval.stats.bootstrap import PoolExamples, RankDistribution, pool_examples, rank_distribution
 from flasheval.stats.sampling import example_order
 
 __all__ = ["Course", "StageRequest", "Controller", "course", "score_request", "place", "plan_looks", "stage_rank"]
@@ -50,19 +50,28 @@ def stage_rank(
     confidence_level: float,
     rng: int | np.random.Generator,
     estimator: str = "control-variate",
+    pool: PoolExamples | None = None,
+    full_means: np.ndarray | None = None,
 ) -> RankDistribution:
     """Rank distribution of a new model scored on ``columns`` of each dataset of ``reference``.
 
     ``new_scores[d]`` holds the new model's scores on the reference's examples
     ``columns[d]`` (indices into ``reference.example_ids[d]``); every reference model is taken
-    on the same examples.
+    on the same examples. ``pool`` (``pool_examples(reference.scores)``) and ``full_means``
+    (``reference.dataset_means()``): the control-variate estimator's inputs on every example, when the
+    caller keeps them for many looks (:class:`Course`); the same result, without a pass over the pool's
+    scores at each look.
     """
-    pool = [s[:, c] for s, c in zip(reference.scores, columns)]
+    if estimator == "control-variate":
+        scores: list[np.ndarray] | PoolExamples = (pool.at(columns) if pool is not None else
+                                                   [s[:, c] for s, c in zip(reference.scores, columns)])
+        full = reference.dataset_means() if full_means is None else full_means
+    else:
+        scores, full = [s[:, c] for s, c in zip(reference.scores, columns)], None
     return rank_distribution(
-        new_scores, pool, population_sizes=[len(e) for e in reference.example_ids],
+        new_scores, scores, population_sizes=[len(e) for e in reference.example_ids],
         n_resamples=n_resamples, confidence_level=confidence_level, rng=rng, estimator=estimator,
-        pool_full_means=reference.dataset_means() if estimator == "control-variate" else None,
-        **reference.aggregate_options(aggregate),
+        pool_full_means=full, **reference.aggregate_options(aggregate),
     )
 
 
@@ -113,15 +122,22 @@ class Course:
     """Per dataset, the score matrix's column of each example of the order."""
     sizes: tuple[int, ...]
     """Examples per dataset."""
+    pool: PoolExamples | None
+    """The pool's mean, lowest and highest score on every example (control-variate plans; else ``None``)."""
+    full_means: np.ndarray | None
+    """The pool's full-data means, ``(n_models, n_datasets)`` (control-variate plans; else ``None``)."""
 
 
 def course(reference: ReferenceLeaderboard, plan: TierPlan, *, seed: int, looks: LookPlan, aggregate: str | None = None,
            low_rank: int | None = None) -> Course:
     """The :class:`Course` of placements on ``reference`` with ``plan`` (scaled here), ``seed`` and ``looks``."""
     orders, positions = _nested_orders(reference, seed)
+    cv = plan.estimator == "control-variate"  # its inputs computed once, not at every look of every controller
     return Course(reference=reference, plan=plan.for_pool(reference.n_models + 1), looks=looks, seed=seed,
                   aggregate=aggregate, low_rank=low_rank, orders=tuple(orders), positions=tuple(positions),
-                  sizes=tuple(len(ids) for ids in reference.example_ids))
+                  sizes=tuple(len(ids) for ids in reference.example_ids),
+                  pool=pool_examples(reference.scores) if cv else None,
+                  full_means=reference.dataset_means() if cv else None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -232,7 +248,8 @@ class Controller:
         level = c.looks.levels[request.look]
         dist = stage_rank(c.reference, self.joined(), self.columns(), aggregate=c.aggregate,
                           n_resamples=c.plan.n_resamples, confidence_level=level,
-                          rng=derive_seed(c.seed, "bootstrap", request.look), estimator=c.plan.estimator)
+                          rng=derive_seed(c.seed, "bootstrap", request.look), estimator=c.plan.estimator,
+                          pool=c.pool, full_means=c.full_means)
         is_last = all(n == size for n, size in zip(self.n, c.sizes))
         decision = decide(plan=c.plan, stage_size=request.stage_size, rank=dist.rank, interval=dist.interval,
                           is_last=is_last, mid_rank=dist.mid_rank)

@@ -50,6 +50,8 @@ from flasheval.stats.resampling import floor_variance, resample_counts, score_bo
 
 __all__ = [
     "RankDistribution",
+    "PoolExamples",
+    "pool_examples",
     "bootstrap_dataset_means",
     "percentile_interval",
     "rank_distribution",
@@ -84,6 +86,44 @@ class RankDistribution:
     def width(self) -> int:
         """Number of ranks the interval spans minus one (0 = a single rank)."""
         return self.interval[1] - self.interval[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class PoolExamples:
+    """All the control-variate estimator uses of a pool's per-example scores: per dataset and example, the
+    pool's mean score (the covariate), lowest and highest score, over the models (:func:`pool_examples`).
+
+    Computed once for a pool's every example, :meth:`at` gives a look's examples without gathering the
+    ``(n_models, n_d)`` scores again; :func:`rank_distribution` takes either and returns the same numbers
+    (a column's mean over the models is summed model by model in both, and a minimum is a minimum).
+    """
+
+    means: tuple[np.ndarray, ...]
+    """Per dataset, ``(n_d,)``: the pool's mean score on each example."""
+    low: tuple[np.ndarray, ...]
+    """Per dataset, ``(n_d,)``: the pool's lowest score on each example."""
+    high: tuple[np.ndarray, ...]
+    """Per dataset, ``(n_d,)``: the pool's highest score on each example."""
+
+    def at(self, columns: Sequence[np.ndarray]) -> PoolExamples:
+        """The same summaries on the examples ``columns[d]`` (indices) of each dataset."""
+        return PoolExamples(means=tuple(m[c] for m, c in zip(self.means, columns)),
+                            low=tuple(x[c] for x, c in zip(self.low, columns)),
+                            high=tuple(x[c] for x, c in zip(self.high, columns)))
+
+
+def pool_examples(pool_scores: Sequence[np.ndarray]) -> PoolExamples:
+    """:class:`PoolExamples` of per-dataset ``(n_models, n_d)`` pool scores.
+
+    Examples
+    --------
+    >>> pool = pool_examples([np.array([[1.0, 0.0, 0.5], [0.0, 0.0, 1.0]])])
+    >>> pool.means[0].tolist(), pool.at([np.array([2])]).high[0].tolist()
+    ([0.5, 0.0, 0.75], [1.0])
+    """
+    scores = [np.asarray(p, dtype=np.float64) for p in pool_scores]
+    return PoolExamples(means=tuple(p.mean(axis=0) for p in scores), low=tuple(p.min(axis=0) for p in scores),
+                        high=tuple(p.max(axis=0) for p in scores))
 
 
 def bootstrap_dataset_means(
@@ -170,7 +210,7 @@ def percentile_interval(values: np.ndarray, confidence_level: float) -> tuple[fl
 
 def rank_distribution(
     new_scores: Sequence[np.ndarray],
-    pool_scores: Sequence[np.ndarray],
+    pool_scores: Sequence[np.ndarray] | PoolExamples,
     *,
     population_sizes: Sequence[int | None] | None = None,
     kind: str = "mean",
@@ -190,7 +230,8 @@ def rank_distribution(
     new_scores
         Per dataset, ``(n_d,)`` scores of the new model on its subsample.
     pool_scores
-        Per dataset, ``(n_models, n_d)`` scores of the pool on the same examples, same order.
+        Per dataset, ``(n_models, n_d)`` scores of the pool on the same examples, same order; or, for the
+        ``control-variate`` estimator, their :class:`PoolExamples` (the same result).
     population_sizes, n_resamples, rng
         As in :func:`bootstrap_dataset_means`.
     kind, higher_is_better, dataset_names, random_baselines
@@ -211,17 +252,25 @@ def rank_distribution(
     >>> dist.rank, dist.interval
     (1, (1, 1))
     """
-    if len(new_scores) != len(pool_scores):
+    if len(new_scores) != len(pool_scores.means if isinstance(pool_scores, PoolExamples) else pool_scores):
         raise ValueError("new_scores and pool_scores need one entry per dataset")
     options = {"kind": kind, "higher_is_better": higher_is_better, "dataset_names": dataset_names,
                "random_baselines": random_baselines}
     direction = True if kind == "win_rate" else higher_is_better
-    bounds = [score_bounds(n, p) for n, p in zip(new_scores, pool_scores)]
+    if isinstance(pool_scores, PoolExamples):
+        if estimator != "control-variate":
+            raise ValueError("PoolExamples serve the control-variate estimator only; pass the pool's scores")
+        # a pool's lowest and highest score have the pool's minimum and maximum
+        bounds = [score_bounds(n, np.array([float(np.min(lo)), float(np.max(hi))]))
+                  for n, lo, hi in zip(new_scores, pool_scores.low, pool_scores.high)]
+    else:
+        bounds = [score_bounds(n, p) for n, p in zip(new_scores, pool_scores)]
     if estimator == "control-variate":
         if pool_full_means is None:
             raise ValueError("the control-variate estimator needs pool_full_means")
         full = np.asarray(pool_full_means, dtype=np.float64)
-        covariates = [np.asarray(p, dtype=np.float64).mean(axis=0) for p in pool_scores]
+        covariates = (list(pool_scores.means) if isinstance(pool_scores, PoolExamples) else
+                      [np.asarray(p, dtype=np.float64).mean(axis=0) for p in pool_scores])
         new_obs, new_rep = control_variate_means(new_scores, covariates, full.mean(axis=0),
                                                  population_sizes=population_sizes, n_resamples=n_resamples, rng=rng,
                                                  score_bounds=bounds)

@@ -20,6 +20,15 @@ def test_placement_rows_compare_sizes_and_the_screen_with_the_full_simulation(mo
     assert scale.format_rows(rows).count("\n") == len(rows)
 
 
+def test_pool_rows_compare_each_pool_at_both_sizes_and_name_the_worst_ratio(monkeypatch):
+    monkeypatch.setattr(scale, "POOL_SIZES", (60, 80, 50))
+    rows = scale.measure_pools((20, 40), pools=(0, 1), repeats=1)
+    per_pool, worst = rows[:2], rows[2]
+    assert [r["peer"] for r in per_pool] == ["20 models", "20 models"] and all(r["value"] > 0 for r in per_pool)
+    assert worst["value"] == max(r["value"] / r["peer_value"] for r in per_pool) and worst["unit"] == "x"
+    assert all("placed" in r["note"] and "load" in r["note"] for r in per_pool)
+
+
 def test_sweep_rows_report_rounds_and_the_bookkeeping_ratio(monkeypatch):
     monkeypatch.setattr(scale, "SIZES", (60, 80, 50))
     rows = scale.measure_sweep(n_pool=15, sizes=(4, 8), budget=120)
