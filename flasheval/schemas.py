@@ -84,7 +84,7 @@ def _walk(value: Any, steps: list[str], where: str, out: list[tuple[str, Any, bo
             if mark == "[]" and isinstance(child, list):
                 inner += [(f"{name}[{i}]", v) for i, v in enumerate(child)]
             elif mark == "{}" and isinstance(child, dict):
-                inner += [(f"{name}[{k!r}]", v) for k, v in child.items()]
+                inner += [(f"{name}[{k}]", v) for k, v in child.items()]
             # else: the container's own entry checks its type
         items = inner
     for name, item in items:
@@ -236,7 +236,7 @@ def _within(items: list[tuple[str, dict]], key: str, path: str | os.PathLike[str
 
 
 def _backtest_rows(one: dict, path: str | os.PathLike[str] | None, where: str) -> None:
-    _within([(f"{where}.rows[{m!r}][{i}]", r) for m, rows in one["rows"].items() for i, r in enumerate(rows)],
+    _within([(f"{where}.rows[{m}][{i}]", r) for m, rows in one["rows"].items() for i, r in enumerate(rows)],
             "placed_rank", path)
 
 

@@ -317,3 +317,29 @@ def test_a_record_the_schema_passes_is_rendered(kind, records, tmp_path):
             assert "lacks or mangles" not in str(exc), str(exc)  # the schema let through what the report needs
 
     check()
+
+
+def test_a_malformed_lm_eval_results_file_is_refused_in_one_line(tmp_path):
+    """An lm-eval output folder whose second model's ``results_*.json`` has one field (at any depth) replaced or
+    removed: imported, or refused in one line naming the file (``lmeval.settings.RESULTS_SCHEMA``)."""
+    from flasheval.reference.lmeval_logs import scan_lm_eval_samples
+
+    results = {"model_name": "org/m", "config": {"fewshot_seed": 1234}, "lm_eval_version": "0.4.5",
+               "n-samples": {"piqa": {"original": 3, "effective": 3}}, "n-shot": {"piqa": 0},
+               "configs": {"piqa": {"task": "piqa", "num_fewshot": 0}}, "versions": {"piqa": 1.0}}
+    for model in ("org__a", "org__b"):
+        (tmp_path / model).mkdir()
+        (tmp_path / model / "samples_piqa_2024-05-01T10-00-00.jsonl").write_text(
+            "".join(json.dumps({"doc_id": i, "acc": float(i % 2), "prompt_hash": "ab"}) + "\n" for i in range(3)))
+        (tmp_path / model / "results_2024-05-01T10-00-00.json").write_text(json.dumps({**results, "model_name": model}))
+
+    @settings(FAST, max_examples=30)
+    @given(data=_deep_mutations({**results, "model_name": "org__b"}))
+    def check(data):
+        (tmp_path / "org__b" / "results_2024-05-01T10-00-00.json").write_text(json.dumps(data))
+        logs = _one_line_or_result(lambda: scan_lm_eval_samples(tmp_path))
+        if logs is not None:  # the scores are the logs' whatever the results file's extra fields say
+            assert len(logs.matrices.model_ids) == 2 and logs.matrices.dataset_names == ("piqa",)
+            np.testing.assert_array_equal(logs.matrices.scores[0][:, :3], [[0.0, 1.0, 0.0]] * 2)
+
+    check()
