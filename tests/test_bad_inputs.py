@@ -315,6 +315,10 @@ CASES = [
     ("33-dior-instantiations-huge", lambda t: ["dior", "--n-instantiations", "99999999999", "--output", str(t / "d")],
      r"^field '--n-instantiations': must be an integer from 20 to 100000"),
     ("33-report-empty-path", lambda t: ["report", ""], r"^field 'PATH': expected a run folder or record, got ''$"),
+    ("33-watch-simultaneous-0", lambda t: ["watch", str(t), "--reference", "helm_lite", "--simultaneous", "0", "--once"],
+     r"^field 'simultaneous': the planned number of checkpoints must be a whole number >= 1, got 0$"),
+    ("33-device-map-binary", lambda t: ["place", "--model", _model_dir(t), "--device-map", _binary(t)],
+     r"models\.bin: field '--device-map': cannot read the device map \('utf-8' codec can't decode"),
 ]
 
 
