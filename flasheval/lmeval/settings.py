@@ -127,7 +127,7 @@ class LmEvalSettings:
                 raise TypeError(f"dtype must be a string, got {dtype!r}")
             return cls(tasks=tasks, lm_eval_version=str(data["lm_eval_version"]),
                        include_path=data.get("include_path", ""), models=data.get("models", {}), dtype=dtype)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited manifest's build
             raise InputError(f"malformed lm-eval settings ({type(exc).__name__}: {exc})", path=where,
                              field="build") from None
 
