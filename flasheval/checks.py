@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from flasheval.errors import InputError
 
 __all__ = ["DTYPES", "LOAD_DTYPES", "MAX_RESAMPLES", "check_dtype", "check_count", "check_seed", "check_n_examples",
-           "check_name", "check_output", "check_level", "check_positive", "check_n_resamples", "check_limit",
+           "check_name", "check_model_id", "check_output", "check_level", "check_positive", "check_n_resamples", "check_limit",
            "name_list"]
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -85,6 +85,27 @@ def check_name(value: object, *, field: str = "--name", what: str = "name") -> s
         raise InputError(f"a {what} must be one folder name (no '/', '\\', '..', empty or spaces around it), "
                          f"got {value!r}", field=field)
     return value
+
+
+def check_model_id(value: object, *, field: str = "--model-id") -> str:
+    """``value`` if it can name a model: :func:`check_name`'s rule for each ``/``-separated part (``org/model``
+    is a model id; ``../x``, ``/x``, ``org//m``, ``""`` and names with spaces around are not).
+
+    >>> check_model_id("meta/llama-3-70b")
+    'meta/llama-3-70b'
+    >>> check_model_id("../m")
+    Traceback (most recent call last):
+    ...
+    flasheval.errors.InputError: field '--model-id': a model name is one name or ORG/NAME, each part a folder name (no '\\', '..', empty part or spaces around it), got '../m'
+    """
+    parts = value.split("/") if isinstance(value, str) else [None]
+    try:
+        for part in parts:
+            check_name(part, field=field)
+    except InputError:
+        raise InputError(f"a model name is one name or ORG/NAME, each part a folder name (no '\\', '..', empty "
+                         f"part or spaces around it), got {value!r}", field=field) from None
+    return value  # type: ignore[return-value]
 
 
 def check_output(value: object, *, field: str = "--output") -> None:

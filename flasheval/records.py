@@ -24,6 +24,7 @@ from typing import Any
 
 from flasheval.version import __version__
 from flasheval.errors import InputError
+from flasheval.schemas import check_payload
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "atomic_write_text", "slug",
            "prepare_output", "check_replace", "default_run_folder"]
@@ -46,6 +47,9 @@ class RunRecord:
     created_utc: str
     argv: tuple[str, ...]
     path: Path
+    settings: dict[str, Any] | None = None
+    """The settings that decide the result (``place``, ``backtest``; ``None`` in older records): a record in a
+    folder is replaced only by a run with the same settings (:func:`check_replace`), or with ``force``."""
 
 
 def _json_safe(obj: Any) -> Any:
@@ -90,8 +94,10 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return target
 
 
-def write_record(path: str | os.PathLike[str], *, kind: str, payload: dict[str, Any]) -> Path:
-    """Write a run record atomically and return its path."""
+def write_record(path: str | os.PathLike[str], *, kind: str, payload: dict[str, Any],
+                 settings: dict[str, Any] | None = None) -> Path:
+    """Write a run record atomically and return its path (``settings``: what decided the result, compared by
+    :func:`check_replace` before a later run replaces the record)."""
     record = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -100,13 +106,14 @@ def write_record(path: str | os.PathLike[str], *, kind: str, payload: dict[str, 
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "argv": list(sys.argv),
         "payload": _json_safe(payload),
+        **({} if settings is None else {"settings": _json_safe(settings)}),
     }
     return atomic_write_text(path, json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def prepare_output(folder: str | os.PathLike[str], *, record: str | None = None, field: str = "--output",
                    note: bool = True, kind: str | None = None, model_id: str | None = None,
-                   force: bool = False) -> Path:
+                   force: bool = False, settings: dict[str, Any] | None = None) -> Path:
     """Create ``folder`` and check that it can be written, before a run spends anything on results.
 
     ``record``: the record file the run will write there; when one is already there the run
@@ -116,7 +123,7 @@ def prepare_output(folder: str | os.PathLike[str], *, record: str | None = None,
     (``False`` on the other processes of a launch). ``kind`` and ``model_id``: what the run will
     write; a record there of another command (``kind``), of another model (``model_id``), or a
     file that is no run record, is refused unless ``force`` (another model's record is never
-    lost to a default folder or a typo).
+    lost to a default folder or a typo); so is one written with other ``settings`` (:func:`check_replace`).
 
     Raises
     ------
@@ -132,7 +139,7 @@ def prepare_output(folder: str | os.PathLike[str], *, record: str | None = None,
         raise InputError(f"{'is' if blocker == out else f'{blocker} is'} a file, not a folder; choose another "
                          "folder", path=out, field=field)
     if record is not None and kind is not None:
-        check_replace(out / record, kind=kind, model_id=model_id, force=force, field=field)
+        check_replace(out / record, kind=kind, model_id=model_id, force=force, field=field, settings=settings)
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=out, prefix=".flasheval-write-check-")
@@ -147,9 +154,11 @@ def prepare_output(folder: str | os.PathLike[str], *, record: str | None = None,
 
 
 def check_replace(path: str | os.PathLike[str], *, kind: str, model_id: str | None = None, force: bool = False,
-                  field: str = "--output") -> None:
+                  field: str = "--output", settings: dict[str, Any] | None = None) -> None:
     """Refuse to replace the file at ``path`` unless it is a ``kind`` record of ``model_id`` (any model when
-    ``None``), or ``force``; nothing there passes. One line naming the folder, ``field`` and the record's owner."""
+    ``None``) written with the same ``settings`` (not compared when either side has none), or ``force``;
+    nothing there passes. One line naming the folder, ``field``, the record's owner or the first setting that
+    differs with both values."""
     path = Path(path)
     if force or not path.is_file():
         return
@@ -166,6 +175,13 @@ def check_replace(path: str | os.PathLike[str], *, kind: str, model_id: str | No
     if model_id is not None and other is not None and other != model_id:
         raise InputError(f"holds the {kind} record of model {other!r}, not {model_id!r}; {fix}",
                          path=path.parent, field=field)
+    if settings is not None and found.settings is not None:
+        now = json.loads(json.dumps(_json_safe(settings)))
+        for key in sorted(set(now) | set(found.settings)):
+            if found.settings.get(key) != now.get(key):
+                raise InputError(f"holds the {kind} record {path.name} written with {key} "
+                                 f"{found.settings.get(key)!r}, not {now.get(key)!r}; {fix}", path=path.parent,
+                                 field=field)
 
 
 def default_run_folder(kind: str, *names: str) -> Path:
@@ -192,14 +208,21 @@ def default_run_folder(kind: str, *names: str) -> Path:
 def _written(path: Path) -> str:
     """When the record at ``path`` was written: its ``created_utc``, else the file's time (UTC, to the minute)."""
     try:
-        stamp = datetime.fromisoformat(str(json.loads(path.read_text(encoding="utf-8"))["created_utc"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        stamp = datetime.fromisoformat(read_record(path).created_utc)
+    except (InputError, ValueError):
         stamp = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
     return stamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def read_record(path: str | os.PathLike[str]) -> RunRecord:
-    """Read and validate a run record; raises :class:`InputError` naming the file and field."""
+def read_record(path: str | os.PathLike[str], *, kind: str | None = None) -> RunRecord:
+    """Read and validate a run record: its envelope, then its payload field by field against its kind's schema
+    (:data:`flasheval.schemas.PAYLOAD_SCHEMAS`); ``kind``: the kind the caller reads (another is refused).
+
+    Raises
+    ------
+    InputError
+        One line naming the file, the field (``payload.stages[2].interval``), the value and what is allowed.
+    """
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -229,6 +252,12 @@ def read_record(path: str | os.PathLike[str]) -> RunRecord:
                              ("created_utc", isinstance(data.get("created_utc", ""), str), "a string")):
         if not ok:
             raise InputError(f"{str(repr(data.get(key)))[:60]} is not {allowed}", path=p, field=key)
+    if kind is not None and data["kind"] != kind:
+        raise InputError(f"a {kind!r} record is expected here, this one is {data['kind']!r}", path=p, field="kind")
+    check_payload(data["kind"], data["payload"], path=p)
+    settings = data.get("settings")
+    if settings is not None and not isinstance(settings, dict):
+        raise InputError(f"{str(repr(settings))[:60]} is not an object", path=p, field="settings")
     return RunRecord(
         kind=data["kind"],
         payload=data["payload"],
@@ -236,6 +265,7 @@ def read_record(path: str | os.PathLike[str]) -> RunRecord:
         created_utc=data.get("created_utc", ""),
         argv=tuple(data.get("argv", ())),
         path=p,
+        settings=settings,
     )
 
 

@@ -66,16 +66,20 @@ def _model_dir(tmp_path: Path) -> str:
     return f"hf:{tmp_path / 'model'}"
 
 
-def _samples(tmp_path: Path, *, cut: dict | None = None, n_samples: int | None = None) -> Path:
-    """An lm-eval ``--log_samples`` folder of two models x one task (3 docs); ``cut`` edits a model's log text."""
+def _samples(tmp_path: Path, *, cut: dict | None = None, n_samples: int | None = None,
+             results: dict | None = None) -> Path:
+    """An lm-eval ``--log_samples`` folder of two models x one task (3 docs); ``cut`` edits a model's log text,
+    ``results`` the second model's results file."""
     root = tmp_path / "lm"
+    edits = results or {}
     for model, correct in (("org__small", [1, 0, 0]), ("org__big", [1, 1, 0])):
         d = root / model
         d.mkdir(parents=True)
         results = {"model_name": model.replace("__", "/")}
         if n_samples is not None:
             results["n-samples"] = {"piqa": {"original": 3, "effective": n_samples}}
-        (d / "results_2024-05-01T10-00-00.123.json").write_text(json.dumps(results))
+        (d / "results_2024-05-01T10-00-00.123.json").write_text(json.dumps(
+            {**results, **(edits if model == "org__big" else {})}))
         text = "".join(json.dumps({"doc_id": i, "target": 0, "acc": float(c)}) + "\n" for i, c in enumerate(correct))
         if cut and model in cut:
             text = cut[model](text)
@@ -282,7 +286,56 @@ CASES = [
      r"^field '--seeds': bad seed list ''"),
     *[(f"33-empty-output-{cmd[0]}", lambda t, c=cmd: [*c, "--output", ""], r"field '--output': empty path")
       for cmd in (["place"], _SWEEP, [*_EVALUATE_REPLAY[:3], "--tasks", "helm_lite/gsm8k"], ["backtest"])],
+    # a record is replaced only by a run of the same model, command and settings (or --force)
+    ("33-place-other-seed", lambda t: _after(["place", "-q", "--reference", _reference(t), "--model", "replay:m1",
+                                              "--output", str(t / "p")], "--seed", "1"),
+     r"p: field '--output': holds the place record place\.json written with seed 0, not 1; choose another --output, "
+     r"or --force"),
+    ("33-backtest-other-seeds", lambda t: _after(["backtest", "--reference", _reference(t), "--methods", "adaptive",
+                                                  "--output", str(t / "b.json")], "--seeds", "0-1"),
+     r"field '--output': holds the backtest record b\.json written with seeds \[0\], not \[0, 1\]"),
+    # every record read back through its kind's schema; lm-eval results files through theirs
+    ("33-record-payload-field", lambda t: ["report", _edited_record(t, lambda p: p["stages"][0].update(interval="x"))],
+     r"place\.json: field 'payload\.stages\[0\]\.interval': 'x' is not \[low, high\] ranks"),
+    ("33-record-payload-missing", lambda t: ["report", _edited_record(t, lambda p: p.pop("compute"))],
+     r"place\.json: field 'payload\.compute': missing field$"),
+    *[(f"33-lm-eval-results-{key}", lambda t, k=key, v=value: _import(_samples(t, results={k: v})),
+       rf"results_[^:]+\.json: field '{re.escape(field)}': {re.escape(shown)} is not {allowed}$")
+      for key, value, field, shown, allowed in (
+          ("config", [1], "config", "[1]", r"an object \(or null\)"), ("n-samples", {"piqa": 3}, "n-samples[piqa]", "3", "an object"),
+          ("n-shot", {"piqa": "x"}, "n-shot[piqa]", "'x'", "an integer"), ("versions", [], "versions", "[]",
+                                                                            r"an object \(or null\)"))],
+    # names: one rule for references, models and runs
+    ("33-model-name-escapes", lambda t: ["place", "--model", "../x=" + _model_dir(t)],
+     r"field '--model': a model name is one name or ORG/NAME, each part a folder name .*got '\.\./x'$"),
+    ("33-run-name-root", lambda t: ["place", "--run", "/", "--step", "1", "--model", "replay:m1"],
+     r"field 'run': a run name \(the run folder's name\) must be one folder name .*got ''$"),
+    ("33-dior-sizes-twice", lambda t: ["dior", "--sizes", "10", "10", "--output", str(t / "d")],
+     r"^field '--sizes': 10 listed twice in \[10, 10\]$"),
+    ("33-dior-instantiations-huge", lambda t: ["dior", "--n-instantiations", "99999999999", "--output", str(t / "d")],
+     r"^field '--n-instantiations': must be an integer from 20 to 100000"),
+    ("33-report-empty-path", lambda t: ["report", ""], r"^field 'PATH': expected a run folder or record, got ''$"),
+    ("33-watch-simultaneous-0", lambda t: ["watch", str(t), "--reference", "helm_lite", "--simultaneous", "0", "--once"],
+     r"^field 'simultaneous': the planned number of checkpoints must be a whole number >= 1, got 0$"),
+    ("33-device-map-binary", lambda t: ["place", "--model", _model_dir(t), "--device-map", _binary(t)],
+     r"models\.bin: field '--device-map': cannot read the device map \('utf-8' codec can't decode"),
 ]
+
+
+def _after(argv: list[str], *extra: str) -> list[str]:
+    """Run ``argv`` (it must succeed), then return it with ``extra`` options: the second run of a row."""
+    assert main(argv) == 0
+    return [*argv, *extra]
+
+
+def _edited_record(tmp_path: Path, edit) -> str:
+    """A place record written by ``place``, its payload then changed by ``edit`` (by hand)."""
+    out = tmp_path / "p"
+    assert main(["place", "-q", "--reference", _reference(tmp_path), "--model", "replay:m1", "--output", str(out)]) == 0
+    data = json.loads((out / "place.json").read_text())
+    edit(data["payload"])
+    (out / "place.json").write_text(json.dumps(data))
+    return str(out / "place.json")
 
 
 def _cuda_if_cpu_build() -> str:

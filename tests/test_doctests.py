@@ -22,7 +22,7 @@ import flasheval
 EXAMPLES: dict[str, int] = {
     "flasheval.api.options": 2,
     "flasheval.api.rank_intervals": 3,
-    "flasheval.checks": 5,
+    "flasheval.checks": 7,
     "flasheval.data_paths": 1,
     "flasheval.engine.backoff": 1,
     "flasheval.engine.base": 5,
@@ -65,6 +65,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.placement.tiers": 8,
     "flasheval.placement.run_coverage": 7,
     "flasheval.records": 3,
+    "flasheval.schemas": 2,
     "flasheval.reference.intervals": 8,
     "flasheval.report.figures": 1,
     "flasheval.report.html": 2,

@@ -19,7 +19,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "flasheval"
 
 # Lowest first. A module may import its own domain and the domains before it, never one after it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("foundation",),  # errors, types, hashing, records, version, data_paths, checks
+    ("foundation",),  # errors, types, hashing, records, version, data_paths, checks, schemas
     ("stats",),       # numpy/scipy only
     ("tasks",),       # formats, prompts, suites, scoring of an example
     ("engine",),      # backends, store, journal, data parallelism
@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
     ("root",),        # the package itself: re-exports the API (lazily), imported by no module of it
 )
-FOUNDATION = ("errors", "types", "hashing", "records", "version", "data_paths", "checks")
+FOUNDATION = ("errors", "types", "hashing", "records", "version", "data_paths", "checks", "schemas")
 THIRD_PARTY_ALLOWED = {"stats": {"numpy", "scipy"}}
 
 

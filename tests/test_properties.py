@@ -64,12 +64,27 @@ def _long(n_models: int = 4, n: int = 30) -> pd.DataFrame:
                          for d in ("a", "b") for m in range(n_models) for e in range(n)])
 
 
+def _scaling_runs() -> pd.DataFrame:
+    """Runs on Gadre et al.'s laws (loss from compute and tokens per parameter, error from loss), 1% noise."""
+    from flasheval.stats.scaling import error_law, loss_law
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for i, (n, m) in enumerate([(1e7, 20), (8e7, 20), (1.5e8, 20), (4e8, 20), (1e7, 320), (8e7, 80), (1.4e9, 20),
+                                (7e9, 20)]):
+        loss = float(loss_law(6 * n * n * m, m, E=1.8, a=200.0, b=350.0, eta=0.13)) * (1 + 0.01 * rng.standard_normal())
+        rows.append({"model_id": f"r{i}", "params": n, "tokens": n * m, "loss": loss,
+                     "err_avg17": float(error_law(loss, epsilon=0.85, k=2.1, gamma=0.75))})
+    return pd.DataFrame(rows)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("props")
     write_reference(root / "refs" / "tiny", _long(), name="tiny", source="test", licence="none",
                     metric="per-example 0/1")
     _long().to_parquet(root / "long.parquet")
+    _scaling_runs().to_csv(root / "runs.csv", index=False)
     return root
 
 
@@ -112,10 +127,14 @@ ENTRIES = {
     "lm_eval": (lambda r, kw: flasheval.lm_eval(**{"model": f"hf:{r}/no-model", "tasks": "piqa", **kw}),
                 ("model", "tasks", "limit", "num_fewshot", "fewshot_seed", "output_path", "store")),
     "render_report": (lambda r, kw: flasheval.render_report(**{"path": r / "nothing-here", **kw}), ("path",)),
+    "fit_scaling": (lambda r, kw: flasheval.fit_scaling(r / "runs.csv", **{
+        "predict": "r7", "fit_max_compute": 1e20, "n_resamples": 20, "error": False, **kw}),
+                    ("predict", "fit_max_compute", "error_fit_max_compute", "loss_column", "error_column", "dataset",
+                     "method", "n_resamples", "confidence_level", "seed", "output", "error")),
 }
 
 
-RUNS_AS_GIVEN = {"place", "sweep", "evaluate", "backtest", "import_reference", "dior"}
+RUNS_AS_GIVEN = {"place", "sweep", "evaluate", "backtest", "import_reference", "dior", "fit_scaling"}
 """Entries whose call without a generated value returns a result (the others need a model or a file that is
 not there, so their calls without one are refused: the generated value is then checked first or not at all)."""
 
@@ -224,5 +243,103 @@ def test_a_record_with_a_malformed_payload_is_reported_in_one_line(tiny, tmp_pat
     def check(payload):
         (folder / "place.json").write_text(json.dumps({**record, "payload": payload}))
         _one_line_or_result(lambda: flasheval.render_report(folder))
+
+    check()
+
+
+def _paths(data: object, prefix: tuple = (), depth: int = 4) -> list[tuple]:
+    """Every key path into ``data`` (objects and the first two elements of lists), to ``depth`` levels."""
+    out = []
+    items = data.items() if isinstance(data, dict) else enumerate(data[:2]) if isinstance(data, list) else ()
+    for key, value in items:
+        out.append((*prefix, key))
+        if depth > 1:
+            out += _paths(value, (*prefix, key), depth - 1)
+    return out
+
+
+def _deep_mutations(data: dict) -> st.SearchStrategy:
+    """``data`` with one field at any depth replaced by a bad value or removed."""
+    def apply(path: tuple, value: object, remove: bool) -> dict:
+        copy = json.loads(json.dumps(data))
+        parent = copy
+        for key in path[:-1]:
+            parent = parent[key]
+        if remove and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = value
+        return copy
+
+    return st.builds(apply, st.sampled_from(_paths(data)), BAD, st.booleans())
+
+
+@pytest.fixture(scope="module")
+def records(tiny, tmp_path_factory) -> dict[str, dict]:
+    """One record of every kind the report renders, written by the API on the tiny reference, read as JSON."""
+    out = tmp_path_factory.mktemp("records")
+    ref = tiny / "refs" / "tiny"
+    paths = {
+        "place": flasheval.place("replay:m1", ref, plan="flash_helm", output=out / "p").record_path,
+        "sweep": flasheval.sweep(["replay:m1", "replay:m2"], ref, plan="flash_helm", budget=Budget(max_examples=400),
+                                 output=out / "s").record_path,
+        "backtest": flasheval.backtest(ref, "flash_helm", methods=("adaptive",), seeds=(0, 1),
+                                       output=out / "b.json").record_path,
+        "dior": flasheval.dior(ref, sizes=(10, 20), n_instantiations=20, output=out / "d").record_path,
+        "evaluate": flasheval.evaluate("replay:helm_lite/meta/llama-3-70b", tasks="helm_lite/gsm8k", n_examples=5,
+                                       output=out / "e").record_path,
+    }
+    return {kind: json.loads(Path(path).read_text()) for kind, path in paths.items()}
+
+
+@pytest.mark.parametrize("kind", ["place", "sweep", "backtest", "dior", "evaluate"])
+def test_a_record_the_schema_passes_is_rendered(kind, records, tmp_path):
+    """A record with one field at any depth replaced or removed: refused by its kind's schema in one line naming
+    the field, or rendered by ``flasheval report`` without tripping over a field (its last-resort line)."""
+    from flasheval.report.sections import record_blocks
+
+    record = records[kind]
+    path = tmp_path / f"{kind}.json"
+
+    @settings(FAST, max_examples=8)
+    @given(payload=_deep_mutations(record["payload"]))
+    def check(payload):
+        path.write_text(json.dumps({**record, "payload": payload}))
+        try:
+            found = read_record(path)
+        except InputError as exc:
+            assert "\n" not in str(exc) and exc.field.startswith("payload"), str(exc)
+            return
+        assert found.kind == kind
+        try:
+            record_blocks(found, "x")
+        except InputError as exc:
+            assert "lacks or mangles" not in str(exc), str(exc)  # the schema let through what the report needs
+
+    check()
+
+
+def test_a_malformed_lm_eval_results_file_is_refused_in_one_line(tmp_path):
+    """An lm-eval output folder whose second model's ``results_*.json`` has one field (at any depth) replaced or
+    removed: imported, or refused in one line naming the file (``lmeval.settings.RESULTS_SCHEMA``)."""
+    from flasheval.reference.lmeval_logs import scan_lm_eval_samples
+
+    results = {"model_name": "org/m", "config": {"fewshot_seed": 1234}, "lm_eval_version": "0.4.5",
+               "n-samples": {"piqa": {"original": 3, "effective": 3}}, "n-shot": {"piqa": 0},
+               "configs": {"piqa": {"task": "piqa", "num_fewshot": 0}}, "versions": {"piqa": 1.0}}
+    for model in ("org__a", "org__b"):
+        (tmp_path / model).mkdir()
+        (tmp_path / model / "samples_piqa_2024-05-01T10-00-00.jsonl").write_text(
+            "".join(json.dumps({"doc_id": i, "acc": float(i % 2), "prompt_hash": "ab"}) + "\n" for i in range(3)))
+        (tmp_path / model / "results_2024-05-01T10-00-00.json").write_text(json.dumps({**results, "model_name": model}))
+
+    @settings(FAST, max_examples=30)
+    @given(data=_deep_mutations({**results, "model_name": "org__b"}))
+    def check(data):
+        (tmp_path / "org__b" / "results_2024-05-01T10-00-00.json").write_text(json.dumps(data))
+        logs = _one_line_or_result(lambda: scan_lm_eval_samples(tmp_path))
+        if logs is not None:  # the scores are the logs' whatever the results file's extra fields say
+            assert len(logs.matrices.model_ids) == 2 and logs.matrices.dataset_names == ("piqa",)
+            np.testing.assert_array_equal(logs.matrices.scores[0][:, :3], [[0.0, 1.0, 0.0]] * 2)
 
     check()

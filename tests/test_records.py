@@ -10,9 +10,9 @@ from flasheval.records import SCHEMA_VERSION, read_record, write_record
 
 
 def test_roundtrip_and_nan_becomes_null(tmp_path):
-    p = write_record(tmp_path / "r" / "run.json", kind="place", payload={"rank": np.int64(3), "x": float("nan")})
+    p = write_record(tmp_path / "r" / "run.json", kind="note", payload={"rank": np.int64(3), "x": float("nan")})
     rec = read_record(p)
-    assert rec.kind == "place"
+    assert rec.kind == "note"
     assert rec.payload == {"rank": 3, "x": None}
     assert not list((tmp_path / "r").glob("*.tmp"))
 

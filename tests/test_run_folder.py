@@ -128,7 +128,7 @@ def test_a_malformed_record_is_one_line_naming_file_and_field(tmp_path, run_dir)
     data["payload"]["settings"]["confidence_level"] = "high"
     (run / "run.json").write_text(json.dumps(data))
     with pytest.raises(flasheval.InputError,
-                       match=r"run.json: field 'payload.settings.confidence_level': expected float or int"):
+                       match=r"run.json: field 'payload.settings.confidence_level': 'high' is not a finite number"):
         flasheval.read_run(run)
     with pytest.raises(flasheval.InputError, match="not a run folder"):
         flasheval.read_run(tmp_path)

@@ -106,7 +106,8 @@ def backtest(
         are each placed against the rest: one pool, one calibration, K placements, for pools of
         thousands; shares come with their standard errors from K.
     force
-        Replace an ``output`` file that is not a backtest record (refused without it).
+        Replace an ``output`` file that is not a backtest record, or one written with other settings (plan, seeds,
+        methods, aggregate, missing-data policy, held-out count; refused without it).
     """
     check_output(output)
     if isinstance(seeds, (int, str)) or not isinstance(seeds, Sequence) or not seeds:
@@ -127,11 +128,14 @@ def backtest(
         held_out_models(ref, held_out, seed=seeds[0], aggregate=aggregate)  # a bad K: one line, before any work
     plan_ = resolve_plan(plan)
     fixed = resolve_plan(compare_plan) if "flash_helm" in methods else None
+    settings = {"reference": ref.name, "plan": plan_.name, "compare_plan": None if fixed is None else fixed.name,
+                "seeds": list(seeds), "methods": list(methods), "aggregate": aggregate, "missing": missing,
+                "held_out": held_out}
     if output is not None:  # a record file: its folder is checked before the seeds run
         if Path(output).is_dir():
             raise InputError("is a folder; give the record's file name (e.g. backtest.json)", path=output,
                              field="--output")
-        prepare_output(Path(output).parent, record=Path(output).name, kind="backtest", force=force)
+        prepare_output(Path(output).parent, record=Path(output).name, kind="backtest", force=force, settings=settings)
     results, seconds, looks = [], [], {}  # each pool's looks, computed at the first seed and reused
     design = (f"{ref.n_models} models held out in turn" if held_out is None else
               f"{held_out} models spread over the ranking held out together, each placed against the other "
@@ -150,7 +154,7 @@ def backtest(
     run = BacktestRun(results=tuple(results), seeds=tuple(seeds), seconds=tuple(seconds),
                       over_seeds=summarize_seeds(results) if len(results) > 1 else ())
     if output is not None:
-        path = write_record(Path(output), kind="backtest", payload=run.to_json())
+        path = write_record(Path(output), kind="backtest", payload=run.to_json(), settings=settings)
         run = BacktestRun(results=run.results, seeds=run.seeds, seconds=run.seconds, over_seeds=run.over_seeds,
                           record_path=path)
     return run

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.resolve import resolve_reference
-from flasheval.checks import check_output, check_seed, name_list
+from flasheval.checks import check_n_resamples, check_output, check_seed, name_list
 from flasheval.errors import InputError
 from flasheval.placement.dior import DEFAULT_SIZES, DiorReport, run_dior
 from flasheval.records import prepare_output, write_record
@@ -40,6 +40,9 @@ def _counts(values: Any, *, field: str, what: str) -> tuple[int, ...]:
         raise InputError(f"give a non-empty list of {what}, got {values!r}", field=field)
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
         raise InputError(f"{what} must be >= 1, got {list(values)}", field=field)
+    twice = sorted({v for v in values if list(values).count(v) > 1})
+    if twice:
+        raise InputError(f"{twice[0]} listed twice in {list(values)}", field=field)
     return tuple(values)
 
 
@@ -66,13 +69,14 @@ def dior(
         Out of :data:`flasheval.stats.dior.DECISIONS` (``examples``, ``datasets``, ``aggregate``): a list or
         ``"a,b"``; an unknown name is refused.
     sizes
-        Examples per dataset for the examples decision (each >= 1; sorted, duplicates dropped).
+        Examples per dataset for the examples decision (each >= 1, none twice; sorted).
     dataset_counts
         Datasets drawn with replacement for the datasets decision (default: all of them).
     aggregate, missing
         Aggregate over datasets (default: the reference's) and the missing-data policy.
     n_instantiations, confidence_level, seed
-        Instantiations per decision (>= 20), the interval's level (in [0.5, 1)), the seed.
+        Instantiations per decision (20 to :data:`flasheval.checks.MAX_RESAMPLES`), the interval's level (in
+        [0.5, 1)), the seed.
     output
         Folder for the record ``dior.json`` (``None``: none written).
     """
@@ -80,12 +84,13 @@ def dior(
     unknown = [d for d in chosen if d not in DECISIONS]
     if unknown:
         raise InputError(f"unknown decision {unknown[0]!r}", field="--decision", allowed=DECISIONS)
-    sizes = tuple(sorted(set(_counts(sizes, field="--sizes", what="sizes"))))
+    sizes = tuple(sorted(_counts(sizes, field="--sizes", what="sizes")))
     if dataset_counts is not None:
         dataset_counts = _counts(dataset_counts, field="--dataset-counts", what="dataset counts")
     if isinstance(n_instantiations, bool) or not isinstance(n_instantiations, int) or n_instantiations < 20:
         raise InputError(f"need at least 20 instantiations for a 95% bound, got {n_instantiations}",
                          field="--n-instantiations")
+    check_n_resamples(n_instantiations, field="--n-instantiations", minimum=20)
     if isinstance(confidence_level, bool) or not isinstance(confidence_level, (int, float)) \
             or not (math.isfinite(confidence_level) and 0.5 <= confidence_level < 1):
         raise InputError(f"must be in [0.5, 1), got {confidence_level}", field="--confidence-level")

@@ -17,7 +17,7 @@ from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter, watch_load
 from flasheval.api.resolve import REPLAY, refuse_live_options
-from flasheval.checks import check_n_examples, check_output, check_seed, name_list
+from flasheval.checks import check_model_id, check_n_examples, check_output, check_seed, name_list
 from flasheval.engine.distributed import check_distributed
 from flasheval.engine.in_memory import LoadedModel
 from flasheval.engine.specs import NamedModel, check_model_files
@@ -135,6 +135,8 @@ def evaluate(
     check_output(store, field="--store")
     if model_id is not None and (not isinstance(model_id, str) or not model_id.strip()):
         raise InputError(f"expected a non-empty name, got {model_id!r}", field="--model-id")
+    if model_id is not None:
+        check_model_id(model_id)
     if output is not None:
         target = resolved.model_id
         owner = model_id or (target.partition("/")[2] or target if isinstance(resolved, ReplayModel) else target)

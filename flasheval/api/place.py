@@ -213,8 +213,9 @@ def place(
         Called with a :class:`~flasheval.api.progress.Progress` when the model is ready, when its weights load
         (live: only when a request is not in the store), and as every stage finishes.
     force
-        Replace a record in ``output`` that another model or command wrote (refused without it; a record of
-        this same model is replaced with a note).
+        Replace a record in ``output`` that another model or command wrote, or this model with other settings
+        (reference, plan, seed, aggregate, missing-data policy, budget, parameters, dtype, few-shot count; refused
+        without it; a record of this same model and settings is replaced with a note).
     distributed
         ``"main"`` (default) or ``"all"``: who scores (section "Distributed" below; docs/engine.md, "Several processes").
 
@@ -255,9 +256,9 @@ def place(
         report("start", f"{resolved.model_id} is in reference {pool.name}: held out of the pool")
         pool = pool.without(resolved.model_id)
     check_budget(budget, pool, plan_, aggregate=aggregate)
-    if output is not None:  # before the model loads: an unwritable folder is refused now, not after the run
-        prepare_output(output, record=RECORD_FILE, note=report.is_main, kind="place", model_id=resolved.model_id,
-                       force=force)
+    settings = place_settings(pool.name, plan_.name, setup.seed, aggregate, missing, budget, n_parameters,
+                              dtype=setup.dtype, num_fewshot=num_fewshot)
+    _prepare(output, resolved.model_id, settings, force=force, note=report.is_main)  # before the model loads
     start = time.perf_counter()
     with ExitStack() as stack:
         store_dir = _store_dir(stack, resolved, output=output, store=store)
@@ -283,9 +284,26 @@ def place(
                         looks_seconds=looks_seconds, full_tokens=result.compute.full_tokens)
     run = PlaceRun(placement=result, live=live, timing=timing, neighbours=_neighbours(pool, result, aggregate))
     if output is not None and report.is_main:
-        path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json())
+        path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json(), settings=settings)
         run = replace(run, record_path=path)
     return run
+
+
+def place_settings(reference: str, plan: str, seed: int | None, aggregate: str | None, missing: str, budget: Budget,
+                   n_parameters: float | None, **live: Any) -> dict[str, Any]:
+    """What decides a placement's result, kept in its record: a record in a folder is replaced only by a
+    placement with the same settings, or with ``force`` (:func:`flasheval.records.check_replace`)."""
+    return {"reference": reference, "plan": plan, "seed": seed or 0, "aggregate": aggregate, "missing": missing,
+            "budget": [budget.max_examples, budget.max_tokens, budget.max_flops], "n_parameters": n_parameters,
+            **live}
+
+
+def _prepare(output: str | Path | None, model_id: str, settings: dict[str, Any], *, force: bool,
+             note: bool = True) -> None:
+    """Check ``output`` before the run spends anything (an unwritable folder, another model's or settings' record)."""
+    if output is not None:
+        prepare_output(output, record=RECORD_FILE, note=note, kind="place", model_id=model_id, force=force,
+                       settings=settings)
 
 
 def _store_dir(stack: ExitStack, model: Any, *, output: str | Path | None, store: str | Path | None) -> Path:
@@ -308,8 +326,8 @@ def _place_replay(model: ReplayModel, reference: Any, *, plan: Any, budget: Budg
     if budget.max_tokens is not None or budget.max_flops is not None:
         tokens = _first_tokens(pool, scorer, plan_, aggregate, seed or 0)
     check_budget(budget, pool, plan_, aggregate=aggregate, replay=True, n_parameters=n_parameters, first_tokens=tokens)
-    if output is not None:
-        prepare_output(output, record=RECORD_FILE, kind="place", model_id=model.model_id, force=force)
+    settings = place_settings(ref.name, plan_.name, seed, aggregate, missing, budget, n_parameters)
+    _prepare(output, model.model_id, settings, force=force)
     report("start", f"placing {model.model_id} (replay, held out) on {ref.name} with plan {plan_.name}:")
     result = run_placement(pool, scorer, plan_, model_id=model.model_id, seed=seed or 0,
                            budget=budget, aggregate=aggregate, on_stage=_stage_reporter(report))
@@ -317,7 +335,7 @@ def _place_replay(model: ReplayModel, reference: Any, *, plan: Any, budget: Budg
     run = PlaceRun(placement=result, full_data_rank=full_data_ranks(ref, aggregate)[model.model_id],
                    neighbours=_neighbours(pool, result, aggregate))
     if output is not None:
-        path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json())
+        path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json(), settings=settings)
         run = replace(run, record_path=path)
     return run
 

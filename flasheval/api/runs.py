@@ -22,6 +22,7 @@ from flasheval.api.resolve import live_options, resolve_plan, resolve_reference
 from flasheval.engine.in_memory import LoadedModel, is_transformers_model
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import prepare_scoring
+from flasheval.checks import check_name
 from flasheval.placement.run_coverage import check_n_checkpoints, simultaneous_level, split_level
 from flasheval.placement.run_folder import (
     STORE_DIR,
@@ -52,9 +53,12 @@ def _check_step(step: object) -> int:
     return step
 
 
-def _run_folder(run: object) -> Path:
+def run_folder_path(run: object) -> Path:
+    """``run`` as a run folder: a non-empty path whose folder name is a name (:func:`~flasheval.checks.check_name`:
+    the run's name, which keys its in-memory checkpoints' stored results)."""
     if not isinstance(run, (str, Path)) or not str(run).strip():
         raise InputError(f"expected a run folder (str or Path), got {run!r}", field="run")
+    check_name(Path(run).resolve().name, field="run", what="run name (the run folder's name)")
     return Path(run)
 
 
@@ -192,7 +196,7 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
 
     ``flasheval report runs/my-run`` then draws rank against step.
     """
-    folder = _run_folder(run)
+    folder = run_folder_path(run)
     step = _check_step(step)
     if simultaneous is not None:
         check_n_checkpoints(simultaneous)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flasheval.checks import name_list
+from flasheval.checks import check_output, name_list
 from flasheval.errors import InputError
 from flasheval.records import write_record
 from flasheval.scaling.fit import ScalingFitOptions, parse_predict_target, scaling_fit_payload
@@ -69,6 +69,14 @@ def fit_scaling(
     present; ``error=False`` fits the loss only. ``output``: the record to write; ``plot``: also a PNG
     (``True``: beside ``output``; a path: there).
     """
+    check_output(output)
+    for option, value in (("--loss-column", loss_column), ("--error-column", error_column),
+                          ("--fit-column", fit_column), ("--error-fit-column", error_fit_column),
+                          ("--dataset", dataset)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise InputError(f"expected a name, got {value!r}", field=option)
+    if not isinstance(error, bool):
+        raise InputError(f"expected true or false, got {error!r}", field="error")
     paths = [runs] if isinstance(runs, (str, Path)) else list(runs)
     targets = [parse_predict_target(t) for t in name_list(predict, field="--predict", what="run", unique=False)]
     if plot and output is None and plot is True:

@@ -17,9 +17,10 @@ from typing import Any
 from flasheval.api.place import PlaceRun
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.api.resolve import resolve_reference
-from flasheval.api.runs import place_checkpoint
+from flasheval.api.runs import place_checkpoint, run_folder_path
 from flasheval.errors import InputError
 from flasheval.placement.checkpoint_scan import FoundCheckpoint, find_checkpoints
+from flasheval.placement.run_coverage import check_n_checkpoints
 from flasheval.placement.run_folder import RunHistory, placed_steps, read_run
 
 __all__ = ["watch", "DEFAULT_RUN_DIR"]
@@ -123,9 +124,11 @@ def watch(directory: str | Path, *, reference: Any, run: str | Path | None = Non
     folder = Path(directory)
     if not folder.is_dir():
         raise InputError("no such folder of checkpoints", path=folder, field="DIR")
+    if place_kwargs.get("simultaneous") is not None:  # checked now, not at the first checkpoint found
+        check_n_checkpoints(place_kwargs["simultaneous"])
     poll = _seconds(poll_seconds, "--poll", positive=True)
     settle = _seconds(settle_seconds, "--settle", positive=False)
-    run_dir = folder / DEFAULT_RUN_DIR if run is None else Path(run)
+    run_dir = folder / DEFAULT_RUN_DIR if run is None else run_folder_path(run)
     report = Reporter(progress)
     ref = resolve_reference(reference, missing=place_kwargs.get("missing", "complete-models"))
     report("start", f"watching {folder} for checkpoints ({'once' if once else f'every {poll:g} s'}); "

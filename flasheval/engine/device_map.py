@@ -91,7 +91,10 @@ def _modules(value: Any) -> tuple[tuple[str, Place], ...]:
             if not path.is_file():
                 raise InputError(f"unknown device map {value!r}: give a name, a JSON object of module -> device "
                                  "or a .json file holding one", field=field, allowed=DEVICE_MAP_NAMES)
-            text = path.read_text(encoding="utf-8")
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, ValueError) as exc:  # unreadable, or not UTF-8 text
+                raise InputError(f"cannot read the device map ({exc})", path=path, field=field) from None
         try:
             value = json.loads(text)
         except ValueError as exc:

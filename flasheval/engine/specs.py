@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from flasheval.checks import check_model_id
 from flasheval.errors import InputError, UnknownNameError
 
 __all__ = ["ModelSpec", "parse_model_spec", "SPEC_PREFIXES", "NamedModel", "parse_named_models", "check_model_files"]
@@ -89,6 +90,8 @@ def parse_named_models(texts: Sequence[str], *, field: str = "--models") -> tupl
         elif not name.strip() or name != name.strip():
             raise InputError(f"{text!r}: the NAME before '=' is empty or has spaces around it; give a name or drop "
                              "'NAME='", field=field)
+        else:
+            check_model_id(name, field=field)
         spec = parse_model_spec(rest)
         if spec.kind == "replay":
             raise InputError(f"{text!r}: replay models have no weights to score", field=field,

@@ -99,11 +99,15 @@ def resolve_lmeval_max_length(spec: ModelSpec) -> int:
         return int(field.parts[field.data[0]][0]) if field is not None else _DEFAULT_MAX_LENGTH
     if not (path / "config.json").is_file():
         raise BackendError(f"{spec.target!r} is not a local model folder; pass --max_length for hub models")
-    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     tokenizer_config = path / "tokenizer_config.json"
-    tokenizer_max = (json.loads(tokenizer_config.read_text(encoding="utf-8")).get("model_max_length")
-                     if tokenizer_config.is_file() else None)
-    return lmeval_max_length(config, tokenizer_max)
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        tokenizer = json.loads(tokenizer_config.read_text(encoding="utf-8")) if tokenizer_config.is_file() else {}
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
+        raise BackendError(f"{spec.target!r}: cannot read its config.json or tokenizer_config.json ({exc})") from None
+    if not isinstance(config, dict) or not isinstance(tokenizer, dict):
+        raise BackendError(f"{spec.target!r}: its config.json and tokenizer_config.json must be JSON objects")
+    return lmeval_max_length(config, tokenizer.get("model_max_length"))
 
 
 def lmeval_max_length(config: dict[str, Any], tokenizer_max_length: Any = None) -> int:

@@ -14,12 +14,15 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from flasheval.errors import InputError
 from flasheval.hashing import stable_hash
+from flasheval.schemas import check_fields
 
 __all__ = ["LMEVAL_KIND", "DEFAULT_METRICS", "TaskSettings", "LmEvalSettings", "config_digest", "settings_from_results",
+           "RESULTS_SCHEMA", "check_results",
            "pick_metric", "prompt_hashes", "differing_keys"]
 
 LMEVAL_KIND = "lm-eval"
@@ -124,7 +127,7 @@ class LmEvalSettings:
                 raise TypeError(f"dtype must be a string, got {dtype!r}")
             return cls(tasks=tasks, lm_eval_version=str(data["lm_eval_version"]),
                        include_path=data.get("include_path", ""), models=data.get("models", {}), dtype=dtype)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited manifest's build
             raise InputError(f"malformed lm-eval settings ({type(exc).__name__}: {exc})", path=where,
                              field="build") from None
 
@@ -149,6 +152,22 @@ def prompt_hashes(samples: Any) -> dict[str, str]:
     return out
 
 
+RESULTS_SCHEMA: Mapping[str, str] = MappingProxyType({
+    "model_name?": "str|null", "config?": "object|null", "config.fewshot_seed?": "int|null",
+    "n-samples?": "object|null", "n-samples{}": "object", "n-samples{}.effective?": "int",
+    "configs?": "object|null", "configs{}": "object", "configs{}.num_fewshot?": "int|null",
+    "versions?": "object|null", "n-shot?": "object|null", "n-shot{}": "int", "lm_eval_version?": "str|null",
+    "samples?": "object|null", "samples{}": "list",
+})
+"""The fields of an lm-eval ``results_*.json`` that flasheval reads (:mod:`flasheval.schemas` notation); others are
+not looked at. Checked by :func:`settings_from_results` and by the reader of lm-eval output folders."""
+
+
+def check_results(results: Any, *, where: str | None) -> None:
+    """Refuse, in one line naming the file and field, an lm-eval results dict that :data:`RESULTS_SCHEMA` refuses."""
+    check_fields(results, RESULTS_SCHEMA, path=where, prefix="")
+
+
 def settings_from_results(results: Mapping[str, Any], tasks: Mapping[str, str], *, where: str,
                           include_path: str = "",
                           hashes: Mapping[str, Mapping[str, str]] | None = None) -> LmEvalSettings:
@@ -157,8 +176,9 @@ def settings_from_results(results: Mapping[str, Any], tasks: Mapping[str, str], 
     The few-shot seed is the run's ``config.fewshot_seed``; the version, ``lm_eval_version``; the
     prompt hashes, ``hashes`` or else the results' own ``samples``.
     """
+    check_results(results, where=where)
     try:
-        configs, versions, shots = results["configs"], results.get("versions", {}), results.get("n-shot", {})
+        configs, versions, shots = results["configs"] or {}, results.get("versions") or {}, results.get("n-shot") or {}
         version = results.get("lm_eval_version") or ""
         seed = (results.get("config") or {}).get("fewshot_seed")
         out = {}
@@ -169,7 +189,7 @@ def settings_from_results(results: Mapping[str, Any], tasks: Mapping[str, str], 
                                      num_fewshot=int(shots.get(name, config.get("num_fewshot") or 0)),
                                      fewshot_seed=seed, metric=metric,
                                      prompt_hashes=(hashes or {}).get(name)
-                                     or prompt_hashes(results.get("samples", {}).get(name, ())))
+                                     or prompt_hashes((results.get("samples") or {}).get(name, ())))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"cannot read the task settings ({type(exc).__name__}: {exc})", path=where,
                          field="configs") from None

@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flasheval.engine.store_shards import FOLDER_LOCK, lock_folder
+from flasheval.checks import check_name
 from flasheval.errors import InputError
 from flasheval.placement.tiers import Tier
 from flasheval.records import RunRecord, read_record, write_record
@@ -136,12 +137,8 @@ def _field(payload: Mapping[str, Any], dotted: str, types: tuple[type, ...], pat
 
 
 def _record(path: Path, kind: str) -> RunRecord:
-    record = read_record(path)
-    if record.kind != kind:
-        raise InputError(f"a {kind!r} record is expected here, this one is {record.kind!r}", path=path, field="kind")
-    if not isinstance(record.payload, Mapping):
-        raise InputError("expected an object", path=path, field="payload")
-    return record
+    """The ``kind`` record at ``path``, its payload checked against the kind's schema (:mod:`flasheval.schemas`)."""
+    return read_record(path, kind=kind)
 
 
 def read_settings(run: Path) -> dict[str, Any] | None:
@@ -150,7 +147,10 @@ def read_settings(run: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     payload = _record(path, RUN_KIND).payload
-    _field(payload, "name", (str,), path)
+    try:
+        check_name(payload["name"], field="payload.name", what="run name")
+    except InputError as exc:
+        raise InputError(exc.reason, path=path, field="payload.name") from None
     _field(payload, "reference_source", (str,), path)
     _field(payload, "settings", (dict,), path)
     for key, types in (("reference", (str,)), ("plan", (str,)), ("confidence_level", (float, int))):

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from flasheval.errors import InputError
-from flasheval.lmeval.settings import DEFAULT_METRICS, PROMPT_HASH_CHARS, LmEvalSettings, settings_from_results
+from flasheval.lmeval.settings import (DEFAULT_METRICS, PROMPT_HASH_CHARS, LmEvalSettings, check_results,
+                                       settings_from_results)
 from flasheval.reference.matrices import UNIT_METRICS, Batch, Layout, MatrixBuilder, ScoreMatrices
 
 __all__ = ["LmEvalLogs", "scan_lm_eval_samples"]
@@ -60,13 +61,16 @@ def latest_samples(mdir: Path) -> dict[str, tuple[str, Path]]:
 
 
 def read_results(path: Path) -> dict[str, Any]:
-    """A ``results_*.json`` file's content (``{}`` when it is not a JSON object)."""
+    """A ``results_*.json`` file's content (``{}`` when it is not a JSON object), its fields checked against
+    :data:`~flasheval.lmeval.settings.RESULTS_SCHEMA`."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(f"cannot read ({exc.strerror or exc})", path=path) from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InputError("not valid JSON", path=path) from None
+    if isinstance(data, dict):
+        check_results(data, where=str(path))
     return data if isinstance(data, dict) else {}
 
 

@@ -80,6 +80,8 @@ def render_report(path: str | os.PathLike[str]) -> ReportFiles:
     A training run's folder (one holding ``run.json``, :mod:`flasheval.placement.run_folder`) is rendered as
     one run: rank against step and a table of its checkpoints.
     """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).strip():
+        raise InputError(f"expected a run folder or record, got {path!r}", field="PATH")
     p = Path(path)
     folder = p if p.is_dir() else p.parent
     if p.is_dir() and is_run_folder(p):

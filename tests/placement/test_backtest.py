@@ -113,7 +113,10 @@ def test_backtest_cli_writes_records(synthetic_folder, tmp_path, capsys):
     assert "adaptive" in printed and "flash_helm" in printed and "uniform" in printed
     record = read_record(out)
     assert record.kind == "backtest" and len(record.payload["rows"]["adaptive"]) == 10
-    assert main(["backtest", "--reference", str(folder), "--seeds", "0-1", "--output", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["backtest", "--reference", str(folder), "--seeds", "0-1", "--output", str(out)]) == 1  # other seeds
+    assert "written with seeds [0], not [0, 1]" in capsys.readouterr().err
+    assert main(["backtest", "--reference", str(folder), "--seeds", "0-1", "--output", str(out), "--force"]) == 0
     printed = capsys.readouterr().out
     assert "over seeds 0, 1:" in printed and "seed 0" in printed and "total saving" in printed
     assert [s["seed"] for s in read_record(out).payload["seeds"]] == [0, 1]

@@ -89,7 +89,7 @@ def _record(path, **changes):
 @pytest.mark.parametrize("changes, message", [
     ({"schema_version": 99}, "schema_version 99"),
     ({"kind": "mystery"}, "record kind 'mystery' is not one this report renders (allowed: backtest, dior, evaluate"),
-    ({"kind": "place", "payload": {"model_id": "x"}}, "place record lacks or mangles field"),
+    ({"kind": "place", "payload": {"model_id": "x"}}, "field 'payload.reference': missing field"),
 ])
 def test_bad_records_are_refused_in_one_line(tmp_path, capsys, changes, message):
     path = _record(tmp_path / "r.json", **changes)

@@ -86,7 +86,7 @@ def test_evaluate_records_give_their_model_id_and_metrics_only(tmp_path):
     their counts and timings never become run columns, and a partial suite keeps its ``_partial`` name."""
     (tmp_path / "scale.csv").write_text("model_id,params,tokens\nm,1e8,2e9\n")
     write_record(tmp_path / "tasks.json", kind="evaluate", payload={
-        "model_id": "m", "model": "gguf:/x/m.gguf", "n_examples": 40, "seed": 1, "compute": {"n_tokens": 999},
+        "model_id": "m", "model": "gguf:/x/m.gguf", "n_examples": 40, "seed": 1, "compute": {"n_examples": 40, "n_tokens": 999},
         "metrics": {"gadre-17": 0.61, "gadre-46_partial": 0.64}})
     write_record(tmp_path / "loss.json", kind="evaluate", payload={
         "model_id": "m", "model": "gguf:/x/m.gguf", "n_examples": 0, "seed": 2,
@@ -95,5 +95,5 @@ def test_evaluate_records_give_their_model_id_and_metrics_only(tmp_path):
     assert (table.model_ids, float(table.tokens[0])) == (("m",), 2e9)
     assert set(table.values) == {"gadre-17", "gadre-46_partial", "loss_c4_val", "bpb_c4_val", "loss", "bits_per_byte"}
     write_record(tmp_path / "old.json", kind="evaluate", payload={"model": "gguf:/x/m.gguf", "tasks": {}})
-    with pytest.raises(InputError, match="old.json: field 'model_id': evaluate record without a model id"):
+    with pytest.raises(InputError, match="old.json: field 'payload.model_id': missing field"):
         read_runs_files([tmp_path / "scale.csv", tmp_path / "old.json"])
