@@ -184,12 +184,14 @@ def check_replace(path: str | os.PathLike[str], *, kind: str, model_id: str | No
                                  field=field)
 
 
-def default_run_folder(kind: str, *names: str) -> Path:
-    """``runs/<kind>-<name>-...``: a command's default output, one per model and reference.
+def default_run_folder(kind: str, *names: str, settings: dict[str, Any] | None = None) -> Path:
+    """``runs/<kind>-<name>-...``: a command's default output, one per model, reference and settings.
 
-    Each name is made a path component by :func:`slug`; where that changes a name (``org/m``,
-    ``org m`` and ``org-m`` all slug to ``org-m``), 8 hex digits of the SHA-256 of the exact names
-    are appended, so two models never share a default folder.
+    Each name is made a path component by :func:`slug`. Where that changes a name (``org/m``,
+    ``org m`` and ``org-m`` all slug to ``org-m``), or where ``settings`` (the options that decide the
+    result and differ from their defaults, e.g. ``{"seed": 1}``) is not empty, 8 hex digits of the SHA-256
+    of the exact names and settings are appended: two models, or one model under two settings, never
+    share a default folder, and a rerun of the same command finds its own.
 
     Examples
     --------
@@ -197,11 +199,17 @@ def default_run_folder(kind: str, *names: str) -> Path:
     'runs/place-helm_lite-org-m'
     >>> default_run_folder("place", "helm_lite", "org/m") != default_run_folder("place", "helm_lite", "org m")
     True
+    >>> seeded = default_run_folder("place", "helm_lite", "org-m", settings={"seed": 1})
+    >>> seeded.name.startswith("place-helm_lite-org-m-"), seeded != default_run_folder("place", "helm_lite", "org-m")
+    (True, True)
     """
     slugs = [slug(n) for n in names]
     stem = "-".join([kind, *slugs])
-    if slugs != list(names):
-        stem += "-" + hashlib.sha256("\0".join(names).encode("utf-8")).hexdigest()[:8]
+    if slugs != list(names) or settings:
+        exact = "\0".join(names)
+        if settings:
+            exact += "\0" + json.dumps(_json_safe(settings), sort_keys=True)
+        stem += "-" + hashlib.sha256(exact.encode("utf-8")).hexdigest()[:8]
     return Path("runs") / stem
 
 

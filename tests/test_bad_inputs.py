@@ -514,9 +514,9 @@ def test_a_malformed_command_line_gets_one_line_and_exit_code_2(argv, pattern, c
     assert len(lines) == 1 and re.search(pattern, lines[0]), lines
 
 
-def test_default_run_folders_are_unique_per_model_and_another_models_record_is_kept(tmp_path, monkeypatch, capsys):
-    """issue 33: ``org/m``, ``org-m`` and ``org m`` all slug to ``org-m``: each gets its own default folder, and a
-    run that would replace another model's (or another command's) record is refused without --force."""
+def test_default_run_folders_are_unique_per_model_and_settings_and_another_models_record_is_kept(tmp_path, monkeypatch, capsys):
+    """issue 33: ``org/m``, ``org-m`` and ``org m`` all slug to ``org-m``: each gets its own default folder (so does a
+    placement with another seed), and a run that would replace another model's (or another command's) record is refused without --force."""
     monkeypatch.chdir(tmp_path)
     frame = _long(n_models=5)
     frame["model"] = frame["model"].map({"m0": "org/m", "m1": "org-m", "m2": "org m", "m3": "x", "m4": "y"})
@@ -528,6 +528,12 @@ def test_default_run_folders_are_unique_per_model_and_another_models_record_is_k
     assert len(records) == 3, records
     assert sorted(json.loads(r.read_text())["payload"]["model_id"] for r in records) == sorted(models)
     assert Path("runs/place-ref-org-m/place.json") in records  # a name slug keeps as it is stays readable
+    for _ in range(2):  # other settings: a folder of their own, found again by the same command
+        assert main(["place", "-q", "--reference", "ref", "--model", "replay:org-m", "--seed", "1"]) == 0
+    seeded = sorted(set(Path("runs").glob("place-*/place.json")) - set(records))
+    assert len(seeded) == 1 and seeded[0].parent.name.startswith("place-ref-org-m-"), seeded
+    assert json.loads(seeded[0].read_text())["settings"]["seed"] == 1
+    assert json.loads(Path("runs/place-ref-org-m/place.json").read_text())["settings"]["seed"] == 0
     capsys.readouterr()
     taken = next(r.parent for r in records if json.loads(r.read_text())["payload"]["model_id"] == "org/m")
     assert main(["place", "-q", "--reference", "ref", "--model", "replay:org m", "--output", str(taken)]) == 1

@@ -64,7 +64,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.placement.sweep_store": 1,
     "flasheval.placement.tiers": 8,
     "flasheval.placement.run_coverage": 7,
-    "flasheval.records": 3,
+    "flasheval.records": 5,
     "flasheval.schemas": 2,
     "flasheval.reference.intervals": 8,
     "flasheval.report.figures": 1,

@@ -13,7 +13,21 @@ from flasheval.reference import MISSING_POLICIES
 from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["add_live_options", "add_lmeval_live_options", "budget_from", "add_progress_options", "step_printer",
-           "progress_bar_from", "add_device_map_options", "engine_from"]
+           "progress_bar_from", "add_device_map_options", "engine_from", "remember_defaults", "changed_settings"]
+
+
+def remember_defaults(parser: argparse.ArgumentParser, *names: str) -> None:
+    """Keep the defaults of the options ``names`` (destinations) that decide a command's result, for
+    :func:`changed_settings`. Call after the options are added."""
+    parser.set_defaults(result_defaults={name: parser.get_default(name) for name in names})
+
+
+def changed_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The result-deciding options (:func:`remember_defaults`) that ``args`` sets to other than their default,
+    as given: what makes a command's default output folder its own
+    (:func:`flasheval.records.default_run_folder`; ``place --seed 1`` does not land in ``place``'s folder)."""
+    defaults = getattr(args, "result_defaults", {})
+    return {name: getattr(args, name) for name, default in defaults.items() if getattr(args, name) != default}
 
 
 def add_progress_options(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 
 from flasheval.api.backtest import backtest
 from flasheval.api.progress import Progress
-from flasheval.cli._options import add_progress_options, step_printer
+from flasheval.cli._options import add_progress_options, changed_settings, remember_defaults, step_printer
 from flasheval.records import default_run_folder
 from flasheval.placement.backtest import ALL_METHODS, METHODS, BacktestResult, SeedSummary, parse_seeds
 from flasheval.placement.tiers import load_tier_plan
@@ -32,9 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="hold out K models spread over the ranking (seeded) together and place each against the "
                              "rest, instead of every model in turn (large pools; shares with standard errors from K)")
     parser.add_argument("--per-model", action="store_true", help="also print one line per model")
-    parser.add_argument("--output", help="record file (default: runs/backtest-<reference>.json)")
+    parser.add_argument("--output", help="record file (default: runs/backtest-<reference>.json; 8 hex digits "
+                        "of the settings appended when an option that decides the result is not its default)")
     parser.add_argument("--force", action="store_true", help="replace an --output file that is not a backtest record")
     add_progress_options(parser)
+    remember_defaults(parser, "tiers", "flash_helm_tiers", "seed", "seeds", "aggregate", "missing", "methods",
+                      "held_out")
     parser.set_defaults(func=run)
 
 
@@ -102,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
               f"{step.seconds:.0f} s")
         print(format_table(result), flush=True)
 
-    out = args.output if args.output is not None else f"{default_run_folder('backtest', reference.name)}.json"
+    folder = default_run_folder("backtest", reference.name, settings=changed_settings(args))
+    out = args.output if args.output is not None else f"{folder}.json"
     outcome = backtest(reference, plan, compare_plan=args.flash_helm_tiers, seeds=seeds, methods=methods,
                        aggregate=args.aggregate, output=out, progress=show, held_out=args.held_out,
                        force=args.force)

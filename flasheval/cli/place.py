@@ -21,7 +21,9 @@ from flasheval.cli._options import (
     add_placement_options,
     add_progress_options,
     budget_from,
+    changed_settings,
     engine_from,
+    remember_defaults,
     step_printer,
 )
 from flasheval.errors import InputError
@@ -34,6 +36,10 @@ __all__ = ["register", "run", "DEFAULT_REPLAY_MODEL", "format_summary", "format_
 DEFAULT_REPLAY_MODEL = "meta/llama-3-70b"
 """Model placed by ``flasheval place`` with no arguments (held out of ``helm_lite``)."""
 
+RESULT_OPTIONS = ("tiers", "seed", "aggregate", "missing", "max_examples", "max_tokens", "max_flops", "n_parameters",
+                  "task_dir", "dtype", "include_path", "num_fewshot")
+"""The options whose non-default values give a placement its own default folder (they decide its result)."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("place", help="place a model on a reference leaderboard (escalating subsamples)")
@@ -44,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_placement_options(parser, seed_help="default: 0 (replay), the reference's build seed (live)",
                           budget="in total")
     parser.add_argument("--output", help="output folder (default: runs/place-<reference>-<model>/, with 8 hex digits "
-                        "of the exact names appended where a name has characters a folder name cannot keep)")
+                        "of the exact names and settings appended where a name has characters a folder name cannot "
+                        "keep or an option that decides the result (plan, seed, budget, ...) is not its default)")
     parser.add_argument("--force", action="store_true",
                         help="replace a record in the output folder that another model or command wrote")
     parser.add_argument("--run", help="a training run's folder: the record lands in RUN/checkpoints/step-N/ and the "
@@ -53,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_live_options(parser)
     add_lmeval_live_options(parser)
     add_progress_options(parser)
+    remember_defaults(parser, *RESULT_OPTIONS)
     parser.set_defaults(func=run, runs_models=True)
 
 
@@ -97,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         reference = load_reference("helm_lite" if args.reference is None else args.reference, missing=args.missing)
         output = args.output if args.output is not None else default_run_folder("place", reference.name,
-                                                                                  model.model_id)
+                                                                                  model.model_id,
+                                                                                  settings=changed_settings(args))
         outcome = place(model, reference, output=output, force=args.force, **options)
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_placed(outcome)

@@ -25,7 +25,9 @@ from flasheval.cli._options import (
     add_lmeval_live_options,
     add_progress_options,
     budget_from,
+    changed_settings,
     engine_from,
+    remember_defaults,
     step_printer,
 )
 from flasheval.errors import InputError
@@ -57,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, help="default: 0 (replay), the reference's build seed (live; no other)")
     parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
-    parser.add_argument("--output", help="run folder (default: runs/sweep-<reference>/)")
+    parser.add_argument("--output", help="run folder (default: runs/sweep-<reference>/, 8 hex digits of the settings "
+                        "appended when an option that decides the result is not its default)")
     parser.add_argument("--force", action="store_true", help="replace a sweep.json there that is not a sweep record")
     add_live_options(parser)
     parser.add_argument("--max-loaded", type=int, metavar="N",
@@ -65,12 +68,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(finished examples are never recomputed) (default: 1)")
     add_lmeval_live_options(parser)
     add_progress_options(parser)
+    remember_defaults(parser, "budget_examples", "budget_tokens", "budget_flops", "n_parameters", "tiers", "datasets",
+                      "low_rank", "seed", "aggregate", "missing", "task_dir", "dtype", "include_path", "num_fewshot")
     parser.set_defaults(func=run, runs_models=True)
 
 
-def run_folder(output: str | None, reference: ReferenceLeaderboard) -> str | Path:
-    """``output`` (``--output``, as given: an empty one is refused by the API), or ``runs/sweep-<reference>/``."""
-    return default_run_folder("sweep", reference.name) if output is None else output
+def run_folder(output: str | None, reference: ReferenceLeaderboard, settings: dict[str, object]) -> str | Path:
+    """``output`` (``--output``, as given: an empty one is refused by the API), or ``runs/sweep-<reference>/``
+    (8 hex digits of ``settings`` appended where any option that decides the result is not its default)."""
+    return default_run_folder("sweep", reference.name, settings=settings) if output is None else output
 
 
 def _read_specs(path: Path) -> list[str]:
@@ -118,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                     missing=args.missing, datasets=args.datasets, low_rank=args.low_rank,
                     n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
                     num_fewshot=args.num_fewshot, engine=engine_from(args), max_loaded=args.max_loaded,
-                    output=run_folder(args.output, reference),
+                    output=run_folder(args.output, reference, changed_settings(args)),
                     progress=step_printer(args), force=args.force, distributed=args.distributed)
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_swept(outcome, start)
