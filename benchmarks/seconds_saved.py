@@ -198,29 +198,30 @@ def build(args: argparse.Namespace, work: Path) -> Any:
 
 
 def _evaluate(args: argparse.Namespace, spec: str, out: Path) -> dict[str, Any]:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     run = flasheval.evaluate(spec, tasks=args.tasks, task_dir=args.task_dir, n_examples=args.examples_per_task,
                              seed=SEED, output=out, progress_bar=False,
                              engine=flasheval.EngineOptions(dtype=args.dtype, device=args.device))
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     compute = run.summary.record["compute"]
-    return {"seconds": seconds, "load_seconds": float(compute["load_seconds"]),
+    return {"seconds": seconds, "cpu_seconds": cpu, "load_seconds": float(compute["load_seconds"]),
             "tokens": int(compute["n_tokens"]), "examples": int(compute["n_examples"]),
             "accuracy": {t: s.accuracy for t, s in run.summary.tasks.items()}}
 
 
 def _place(args: argparse.Namespace, spec: str, ref: Any, out: Path, profile: Path | None) -> dict[str, Any]:
     profiler = cProfile.Profile() if profile else None
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     if profiler:
         profiler.enable()
     run = flasheval.place(spec, ref, output=out, engine=flasheval.EngineOptions(device=args.device))
     if profiler:
         profiler.disable()
         profiler.dump_stats(profile)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     t = run.timing
-    return {"seconds": seconds, "load_seconds": float(t.load_seconds), "forward_seconds": float(t.scoring_seconds),
+    return {"seconds": seconds, "cpu_seconds": cpu, "load_seconds": float(t.load_seconds),
+            "forward_seconds": float(t.scoring_seconds),
             "outside_model_seconds": float(t.outside_model_seconds), "tokens": int(run.placement.compute.n_tokens),
             "examples": int(run.placement.compute.n_examples), "rank": run.rank, "interval": list(run.interval),
             "stages": len(run.placement.stages), "n_pool": ref.n_models}
@@ -243,8 +244,8 @@ def held_out(args: argparse.Namespace, work: Path, ref: Any) -> list[dict[str, A
             else:
                 row["evaluate"] = _evaluate(args, spec, runs / "evaluate")
             row[what]["load_average"] = [before, _load()]
-            print(f"  {name}: {what} {row[what]['seconds']:.1f} s ({before} -> {row[what]['load_average'][1]})",
-                  flush=True)
+            print(f"  {name}: {what} {row[what]['seconds']:.1f} s, {row[what]['cpu_seconds']:.1f} CPU s "
+                  f"({before} -> {row[what]['load_average'][1]})", flush=True)
         means = np.array([[row["evaluate"]["accuracy"][d] for d in ref.dataset_names]])
         values = aggregate(np.vstack([ref.dataset_means(), means]), **ref.aggregate_options())
         row["full_data_rank"] = int(competition_ranks(values, higher_is_better=ref.higher_is_better)[-1])
@@ -257,23 +258,26 @@ def _savings(place: dict[str, Any], full: dict[str, Any]) -> dict[str, float]:
     token = full["tokens"] / place["tokens"]
     without = (full["seconds"] - full["load_seconds"]) / (place["seconds"] - place["load_seconds"])
     with_load = full["seconds"] / place["seconds"]
+    cpu = full["cpu_seconds"] / place["cpu_seconds"]
     return {"token_saving": token, "time_saving": without, "time_saving_with_load": with_load,
-            "ratio": without / token, "ratio_with_load": with_load / token}
+            "ratio": without / token, "ratio_with_load": with_load / token, "cpu_saving": cpu,
+            "ratio_cpu": cpu / token}
 
 
 def report(rows: list[dict[str, Any]]) -> str:
     head = (f"{'held out':<22} {'rank [CI] / full':<17} {'run':<8} {'s':>7} {'s -load':>7} {'load s':>6} "
-            f"{'examples':>8} {'tokens':>7}  {'tok sav':>7} {'time sav':>8} {'ratio':>5} {'(w/ load)':>9}")
+            f"{'CPU s':>7} {'examples':>8} {'tokens':>7}  {'tok sav':>7} {'time sav':>8} {'ratio':>5} {'(w/ load)':>9} "
+            f"{'CPU ratio':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
         p, e = r["place"], r["evaluate"]
         placed = f"{p['rank']} [{p['interval'][0]}, {p['interval'][1]}] / {r['full_data_rank']}"
         for what, x in (("place", p), ("evaluate", e)):
             tail = (f"  {r['token_saving']:>7.2f} {r['time_saving']:>8.2f} {r['ratio']:>5.2f} "
-                    f"{r['ratio_with_load']:>9.2f}") if what == "place" else ""
+                    f"{r['ratio_with_load']:>9.2f} {r['ratio_cpu']:>9.2f}") if what == "place" else ""
             lines.append(f"{r['model'] if what == 'place' else '':<22} {placed if what == 'place' else '':<17} "
                          f"{what:<8} {x['seconds']:>7.1f} {x['seconds'] - x['load_seconds']:>7.1f} "
-                         f"{x['load_seconds']:>6.1f} {x['examples']:>8} {x['tokens']:>7}{tail}")
+                         f"{x['load_seconds']:>6.1f} {x['cpu_seconds']:>7.1f} {x['examples']:>8} {x['tokens']:>7}{tail}")
     return "\n".join(lines)
 
 
@@ -313,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = held_out(args, work, ref)
     print(f"\nplacement against evaluate of all {sum(len(e) for e in ref.example_ids)} reference examples "
           f"(pool of {ref.n_models}; s -load = wall minus the record's load_seconds; savings = evaluate / place; "
-          "ratio = time saving / token saving)")
+          "ratio = time saving / token saving; CPU s: the process's CPU seconds, all threads, load included, "
+          "less sensitive to other jobs than wall seconds; CPU ratio = CPU saving / token saving)")
     print(report(rows))
     print(f"total {time.perf_counter() - started:.0f} s; {_load()}")
     if args.output_json:
