@@ -92,6 +92,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="the device's dense peak FLOP/s in --dtype (default $PEAK_FLOPS or 989e12)")
     parser.add_argument("--small", action="store_true", help="tiny Llamas of the same families (a CPU smoke run)")
     parser.add_argument("--skip-lmeval", action="store_true", help="time flasheval alone")
+    parser.add_argument("--tokenizer", type=Path, metavar="DIR",
+                        help="a saved tokenizer folder for the random models (default: SmolLM2's, from its GGUF); "
+                             "a machine without the GGUF gets one carried there, made by --save-tokenizer")
+    parser.add_argument("--save-tokenizer", type=Path, metavar="DIR",
+                        help="save SmolLM2's tokenizer (from its GGUF) into DIR and exit")
     args = parser.parse_args(argv)
     if len(args.n_examples) not in (1, len(args.models)):
         raise et.BenchmarkError(f"--n-examples takes one value or one per model ({len(args.models)}), "
@@ -181,16 +186,31 @@ def check_one(name: str, n_examples: int, tokenizer: Any, args: argparse.Namespa
         torch.cuda.empty_cache()
 
 
+def random_models_tokenizer(folder: Path | None, dtype: str) -> Any:
+    """The random models' tokenizer: the saved one in ``folder``, else SmolLM2's from its GGUF."""
+    if folder is not None:
+        from transformers import AutoTokenizer
+
+        if not (folder / "tokenizer_config.json").is_file():
+            raise et.BenchmarkError(f"--tokenizer {folder}: no tokenizer_config.json (make one with --save-tokenizer)")
+        return AutoTokenizer.from_pretrained(str(folder))
+    from flasheval.engine.hf_loading import load_tokenizer, plan_hf_load
+
+    gguf_folder, gguf = et.model_location("smollm2-135m")
+    return load_tokenizer(plan_hf_load(str(gguf_folder), gguf_file=gguf, dtype=dtype, device="cpu"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every model in turn; ``1`` and one line on stderr for a bad input or a missing device."""
     try:
         args = parse_args(argv)
         et.task_dir()
+        tokenizer = random_models_tokenizer(args.tokenizer, args.dtype)
+        if args.save_tokenizer:
+            tokenizer.save_pretrained(args.save_tokenizer)
+            print(f"saved SmolLM2's tokenizer into {args.save_tokenizer}")
+            return 0
         check_device(args.device)
-        from flasheval.engine.hf_loading import load_tokenizer, plan_hf_load
-
-        folder, gguf = et.model_location("smollm2-135m")
-        tokenizer = load_tokenizer(plan_hf_load(str(folder), gguf_file=gguf, dtype=args.dtype, device="cpu"))
     except et.BenchmarkError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1

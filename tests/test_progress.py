@@ -112,14 +112,15 @@ def test_each_stage_is_reported_before_the_next_is_scored_and_a_cached_rerun_loa
     import flasheval.placement.scorers as scorers
 
     calls: list[int] = []
-    real = scorers.score_examples
-    monkeypatch.setattr(scorers, "score_examples", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = scorers.score_requests
+    monkeypatch.setattr(scorers, "score_requests", lambda *a, **k: calls.append(1) or real(*a, **k))
     seen: list[tuple[str, int | None, int]] = []
     first = _place(world, tmp_path / "place", progress=lambda p: seen.append((p.step, p.done, len(calls))))
     n_stages = len(first.placement.stages)
     assert n_stages == 4  # 4 -> 8 -> 12 -> all: each stage asks both tasks for new examples
     stages = [(done, n_calls) for step, done, n_calls in seen if step == "stage"]
-    assert stages == [(k, 2 * k) for k in range(1, n_stages + 1)]  # reported before the next stage's scoring
+    # reported before the next stage's scoring; both tasks' requests of a stage in one backend call
+    assert stages == [(k, k) for k in range(1, n_stages + 1)]
     assert [step for step, _, _ in seen][:2] == ["start", "load"]  # the weights loaded on the first stage
     assert first.live.model_loaded and first.live.requests_computed > 0
     # the same placement again: every request is in the output folder's store, so no weights load

@@ -162,10 +162,18 @@ class StageRequest:
 
 
 def score_request(scorer: ExampleScorer, names: Sequence[str], request: StageRequest) -> list[ScoredExamples | None]:
-    """Ask ``scorer`` for the ids of ``request`` (per dataset of ``names``; ``None`` where there are none)."""
+    """Ask ``scorer`` for the ids of ``request`` (per dataset of ``names``; ``None`` where there are none).
+
+    A scorer with ``score_many`` (the live one) gets every dataset's ids in one call, so that a model runs a
+    stage's requests in one batch-first call; others are asked per dataset.
+    """
+    asked = [(name, ids) for name, ids in zip(names, request.example_ids) if ids]
+    many = getattr(scorer, "score_many", None)
+    answers = many(asked) if callable(many) and len(asked) > 1 else [scorer.score(n, ids) for n, ids in asked]
+    by_name = dict(zip((name for name, _ in asked), answers))
     out: list[ScoredExamples | None] = []
     for name, ids in zip(names, request.example_ids):
-        got = scorer.score(name, ids) if ids else None
+        got = by_name.get(name) if ids else None
         if got is not None and got.scores.shape != (len(ids),):
             raise ValueError(f"scorer returned {got.scores.shape} scores for {len(ids)} examples of {name}")
         out.append(got)

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from flasheval.engine.base import Backend
-from flasheval.evaluation.evaluate import ExampleOutcome, score_examples
+from flasheval.evaluation.evaluate import ExampleOutcome, build_example_requests, score_outcomes, score_requests
 from flasheval.errors import InputError
 from flasheval.tasks import LiveTask
 
@@ -92,15 +92,34 @@ class LiveScorer:
 
     def score(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
         """Scores and token counts of ``example_ids`` of ``task_name`` (same order)."""
-        if task_name not in self._tasks:
-            raise InputError(f"task {task_name!r} is not loaded", field="task_name", allowed=sorted(self._tasks))
-        self.requests.append((task_name, tuple(example_ids)))
-        outcomes = score_examples(self._backend, self._tasks[task_name], example_ids, seed=self.seed,
-                                  prefix_space=self.prefix_space)
-        self.outcomes.extend(outcomes)
-        logger.info("scored %d examples of %s", len(outcomes), task_name)
-        return ScoredExamples(scores=np.array([o.score for o in outcomes], dtype=np.float64),
-                              n_tokens=np.array([o.n_tokens for o in outcomes], dtype=np.int64))
+        return self.score_many([(task_name, example_ids)])[0]
+
+    def score_many(self, asks: Sequence[tuple[str, Sequence[str]]]) -> list[ScoredExamples]:
+        """Scores of several tasks' examples (``(task_name, example_ids)`` each), in the order asked.
+
+        Every request of every task goes to the backend in ONE call, as a full run (``evaluate``) sends all of
+        its own: a stage's few new examples per task fill the batches together (sorted by length across
+        tasks) instead of one small call per task. The scores are the same (the engine's results do not depend
+        on the batch a request is in).
+        """
+        for task_name, _ in asks:
+            if task_name not in self._tasks:
+                raise InputError(f"task {task_name!r} is not loaded", field="task_name", allowed=sorted(self._tasks))
+        built = [(name, tuple(ids), build_example_requests(self._tasks[name], ids, seed=self.seed,
+                                                           prefix_space=self.prefix_space)) for name, ids in asks]
+        flat = [r for _, _, by_id in built for requests in by_id.values() for r in requests]
+        results = score_requests(self._backend, flat)
+        out, start = [], 0
+        for name, ids, by_id in built:
+            n = sum(len(requests) for requests in by_id.values())
+            outcomes = score_outcomes(self._tasks[name], by_id, results[start:start + n])
+            start += n
+            self.requests.append((name, ids))
+            self.outcomes.extend(outcomes)
+            logger.info("scored %d examples of %s", len(outcomes), name)
+            out.append(ScoredExamples(scores=np.array([o.score for o in outcomes], dtype=np.float64),
+                                      n_tokens=np.array([o.n_tokens for o in outcomes], dtype=np.int64)))
+        return out
 
     def examples_json(self) -> list[dict[str, Any]]:
         """:attr:`outcomes` as run records store them (``examples``)."""

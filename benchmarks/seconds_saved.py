@@ -1,0 +1,332 @@
+"""Seconds, not examples: a live placement's wall-clock saving against its token saving (issue 32, item 1).
+
+In one run, through the library API (``flasheval.build_reference``, ``flasheval.place``, ``flasheval.evaluate``):
+
+1. **The pool.** ``--source gguf`` (default): the three real GGUF fixtures of ``~/.cache/flasheval/models``
+   (SmolLM2-135M, Gemma-3-270M, Qwen2.5-Coder-0.5B, loaded as flasheval loads them, in ``--dtype``) and, to fill
+   the pool with graded quality, SmolLM2-135M with seeded Gaussian noise at the scales ``POOL_NOISE``: every
+   parameter ``W`` with two or more dimensions (the embedding, which the head shares, and every projection)
+   gets ``W += s * std(W) * N(0, 1)``, the normal drawn from a ``torch.Generator`` seeded with
+   ``NOISE_SEED + 1000 * s`` (per model; the global RNG is never used), norms and biases untouched. Each noisy
+   model is saved as a Hugging Face folder under ``WORK/models/`` (reused on a rerun) and scored as
+   ``hf:FOLDER``. Only SmolLM2 gets noisy copies: Gemma and Qwen cost 3-4x its forward pass here.
+   ``--source random`` (the GPU check, ``benchmarks/device_check.sh``): a random-init Llama made from a seeded
+   ``LlamaConfig`` (``--hidden-size``, ``--layers``; weights ``N(0, 0.02)`` from a seeded ``torch.Generator``,
+   over a byte-level tokenizer built in code) and noisy copies of it: every model is near chance, so only the
+   time / token ratios mean anything there, not the ranks.
+2. **The reference**: every pool model scored on ``--tasks`` (default four 0-shot CORE tasks with short
+   prompts: ``openbook_qa`` (4 choices), ``winograd``, ``winogrande`` (schema) and ``lambada_openai`` (language
+   modelling)), the first ``--examples-per-task`` examples of each task's seeded order (seed 1234). The
+   build's results store is ``WORK/build`` (a rerun reuses it: the pool is not what is timed). Prints every
+   pool model's accuracies (they must spread).
+3. **Held-out models** (``HELDOUT_NOISE``: SmolLM2 at noise scales between the pool's, saved like the pool's),
+   each given as ``hf:FOLDER`` so that both calls load it: a live ``flasheval.place`` on the reference (default
+   plan) and ``flasheval.evaluate`` of every reference example (the full run), each with its own FRESH results
+   store (``WORK/run-N/place``, ``WORK/run-N/evaluate``, deleted first: a store answers a rerun without
+   computing, so a reused store would time nothing). The order alternates (place first for the first model,
+   evaluate first for the next) and the load average is printed with each call, because the machine is
+   shared. Per model: seconds with and without the model's load (load = the records' ``load_seconds``),
+   tokens and examples of both, the token saving, the time saving and ``time saving / token saving``
+   (the goal: >= 0.8 without the load).
+
+Usage (repo root, ``FLASHEVAL_SHARED`` or ``../shared`` holding the task files)::
+
+    python benchmarks/seconds_saved.py [--examples-per-task 200] [--tasks ...] [--device cpu] [--dtype float32]
+        [--quick] [--profile FILE] [--work-dir runs/seconds_saved] [--output-json FILE]
+    python benchmarks/seconds_saved.py --source random --device cuda --dtype bfloat16 --hidden-size 2048 --layers 16
+
+``--quick`` (a smoke run of a few minutes): 20 examples per task and a pool of SmolLM2 and its noisy copies only.
+``--profile FILE`` runs the first held-out model's placement under ``cProfile`` (written to FILE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+import flasheval  # noqa: E402
+
+MODELS_DIR = Path(os.environ.get("FLASHEVAL_MODEL_CACHE") or Path.home() / ".cache" / "flasheval" / "models")
+GGUF_POOL = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b")
+NOISY_BASE = "smollm2-135m"
+POOL_NOISE = (0.05, 0.1, 0.15, 0.2, 0.3)
+HELDOUT_NOISE = (0.075, 0.125, 0.25)
+NOISE_SEED = 20261202
+DEFAULT_TASKS = "openbook_qa,winograd,winogrande,lambada_openai"
+SEED = 1234
+
+
+def _load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def byte_tokenizer() -> Any:
+    """A byte-level tokenizer built in code (256 byte tokens, BOS 256, EOS 257): no files needed."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab["<s>"], vocab["</s>"] = 256, 257
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>")
+
+
+def random_tokenizer(args: argparse.Namespace) -> Any:
+    """``--tokenizer DIR`` (a saved tokenizer: ``device_check.py --save-tokenizer``), else :func:`byte_tokenizer`."""
+    if args.tokenizer is None:
+        return byte_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(args.tokenizer))
+
+
+def random_llama(args: argparse.Namespace, seed: int, vocab_size: int) -> Any:
+    """A Llama of ``--hidden-size`` x ``--layers`` on ``--device`` in ``--dtype``, weights ``N(0, 0.02)`` from a
+    ``torch.Generator`` seeded with ``seed`` (norm weights 1); the global RNG is left as it was."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    h = args.hidden_size
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=h, intermediate_size=4 * h, num_hidden_layers=args.layers,
+                         num_attention_heads=max(1, h // 64), num_key_value_heads=max(1, h // 256),
+                         max_position_embeddings=4096, tie_word_embeddings=False)
+    device = "cpu" if args.device == "auto" else args.device
+    with torch.random.fork_rng(devices=[]), torch.device(device):  # construction draws from the global RNG
+        model = LlamaForCausalLM(config).to(getattr(torch, args.dtype))
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2:
+                p.normal_(0.0, 0.02, generator=generator)
+    return model.eval()
+
+
+def add_noise(model: Any, scale: float, seed: int) -> Any:
+    """``W += scale * std(W) * N(0, 1)`` for every parameter with >= 2 dimensions, in place, from a
+    ``torch.Generator`` seeded with ``seed`` on the parameters' device (never the global RNG)."""
+    import torch
+
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():  # parameters() yields a tied embedding / head once
+            if p.ndim >= 2:
+                noise = torch.randn(p.shape, generator=generator, device=device, dtype=torch.float32)
+                p.add_((scale * p.float().std() * noise).to(p.dtype))
+    return model
+
+
+def _base(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The model the noisy copies are made from, and its tokenizer."""
+    if args.source == "random":
+        tokenizer = random_tokenizer(args)
+        return random_llama(args, NOISE_SEED, len(tokenizer)), tokenizer
+    from flasheval.engine.hf_loading import load_planned, plan_hf_load
+
+    gguf = MODELS_DIR / f"{NOISY_BASE}.gguf"
+    backend = load_planned(plan_hf_load(str(gguf.parent), gguf_file=gguf.name, dtype=args.dtype, device=args.device))
+    return backend.model, backend.tokenizer
+
+
+def noisy_folders(args: argparse.Namespace, work: Path, scales: tuple[float, ...]) -> dict[str, str]:
+    """Save the base model with noise at each scale (a fresh copy of the base each time); ``{name: spec}``."""
+    import copy
+
+    tag = "random" if args.source == "random" else NOISY_BASE
+    specs, base, tokenizer = {}, None, None
+    for scale in scales:
+        name = f"{tag}-noise{scale:g}"
+        shape = "" if args.source == "gguf" else \
+            f"-h{args.hidden_size}l{args.layers}-{'bytes' if args.tokenizer is None else args.tokenizer.name}"
+        folder = work / "models" / f"{name}-{args.dtype}{shape}"
+        if not (folder / "flasheval-noise.json").exists():
+            if base is None:
+                base, tokenizer = _base(args)
+            model = add_noise(copy.deepcopy(base), scale, NOISE_SEED + int(round(1000 * scale)))
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            (folder / "flasheval-noise.json").write_text(json.dumps({"scale": scale, "seed": NOISE_SEED}))
+            del model
+        specs[name] = f"{name}=hf:{folder}"
+    return specs
+
+
+def pool_specs(args: argparse.Namespace, work: Path) -> list[str]:
+    """The reference's models: the GGUF fixtures (or the random base) and the noisy copies."""
+    if args.source == "random":
+        return list(noisy_folders(args, work, (0.0,) + POOL_NOISE).values())
+    names = (NOISY_BASE,) if args.quick else GGUF_POOL
+    missing = [n for n in names if not (MODELS_DIR / f"{n}.gguf").is_file()]
+    if missing:
+        raise SystemExit(f"seconds_saved: error: GGUF fixtures {missing} not in {MODELS_DIR} "
+                         "(python benchmarks/fetch_models.py)")
+    return [f"{n}=gguf:{MODELS_DIR / n}.gguf" for n in names] + list(noisy_folders(args, work, POOL_NOISE).values())
+
+
+def build(args: argparse.Namespace, work: Path) -> Any:
+    """Step 2: the reference, and every pool model's accuracies printed."""
+    specs = pool_specs(args, work)
+    started = time.perf_counter()
+    print(f"building the reference: {len(specs)} models x {args.tasks} x {args.examples_per_task} ({_load()})",
+          flush=True)
+    built = flasheval.build_reference(specs, name="seconds", suite="dclm-core", tasks=args.tasks,
+                                      task_dir=args.task_dir, n_examples=args.examples_per_task, seed=SEED,
+                                      engine=flasheval.EngineOptions(dtype=args.dtype, device=args.device),
+                                      output_root=work / "refs", work_dir=work / "build", force=True)
+    ref = built.reference
+    print(f"reference built in {time.perf_counter() - started:.0f} s ({_load()}); per model s: "
+          + ", ".join(f"{m} {s:.0f}" for m, s in built.seconds.items()))
+    print(f"{'pool model':<28} {'rank':>4} {'aggregate':>9}  " + "  ".join(f"{d[:12]:>12}" for d in ref.dataset_names))
+    for row in ref.ranking():
+        print(f"{row.model_id:<28} {row.rank:>4} {row.value:>9.3f}  "
+              + "  ".join(f"{m:>12.3f}" for m in row.dataset_means))
+    return ref
+
+
+def _evaluate(args: argparse.Namespace, spec: str, out: Path) -> dict[str, Any]:
+    started, cpu = time.perf_counter(), time.process_time()
+    run = flasheval.evaluate(spec, tasks=args.tasks, task_dir=args.task_dir, n_examples=args.examples_per_task,
+                             seed=SEED, output=out, progress_bar=False,
+                             engine=flasheval.EngineOptions(dtype=args.dtype, device=args.device))
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    compute = run.summary.record["compute"]
+    return {"seconds": seconds, "cpu_seconds": cpu, "load_seconds": float(compute["load_seconds"]),
+            "tokens": int(compute["n_tokens"]), "examples": int(compute["n_examples"]),
+            "accuracy": {t: s.accuracy for t, s in run.summary.tasks.items()}}
+
+
+def _place(args: argparse.Namespace, spec: str, ref: Any, out: Path, profile: Path | None) -> dict[str, Any]:
+    profiler = cProfile.Profile() if profile else None
+    started, cpu = time.perf_counter(), time.process_time()
+    if profiler:
+        profiler.enable()
+    run = flasheval.place(spec, ref, output=out, engine=flasheval.EngineOptions(device=args.device))
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    t = run.timing
+    return {"seconds": seconds, "cpu_seconds": cpu, "load_seconds": float(t.load_seconds),
+            "forward_seconds": float(t.scoring_seconds),
+            "outside_model_seconds": float(t.outside_model_seconds), "tokens": int(run.placement.compute.n_tokens),
+            "examples": int(run.placement.compute.n_examples), "rank": run.rank, "interval": list(run.interval),
+            "stages": len(run.placement.stages), "n_pool": ref.n_models}
+
+
+def held_out(args: argparse.Namespace, work: Path, ref: Any) -> list[dict[str, Any]]:
+    """Step 3: place and evaluate each held-out model, alternating which runs first, fresh stores."""
+    from flasheval.stats.ranking import aggregate, competition_ranks
+
+    rows = []
+    for i, (name, spec) in enumerate(noisy_folders(args, work, HELDOUT_NOISE[:args.heldout]).items()):
+        runs = work / f"run-{i}"
+        shutil.rmtree(runs, ignore_errors=True)  # fresh stores: nothing is served from an earlier run
+        order = ("place", "evaluate") if i % 2 == 0 else ("evaluate", "place")
+        row: dict[str, Any] = {"model": name, "order": list(order)}
+        for what in order:
+            before = _load()
+            if what == "place":
+                row["place"] = _place(args, spec, ref, runs / "place", args.profile if i == 0 else None)
+            else:
+                row["evaluate"] = _evaluate(args, spec, runs / "evaluate")
+            row[what]["load_average"] = [before, _load()]
+            print(f"  {name}: {what} {row[what]['seconds']:.1f} s, {row[what]['cpu_seconds']:.1f} CPU s "
+                  f"({before} -> {row[what]['load_average'][1]})", flush=True)
+        means = np.array([[row["evaluate"]["accuracy"][d] for d in ref.dataset_names]])
+        values = aggregate(np.vstack([ref.dataset_means(), means]), **ref.aggregate_options())
+        row["full_data_rank"] = int(competition_ranks(values, higher_is_better=ref.higher_is_better)[-1])
+        row.update(_savings(row["place"], row["evaluate"]))
+        rows.append(row)
+    return rows
+
+
+def _savings(place: dict[str, Any], full: dict[str, Any]) -> dict[str, float]:
+    token = full["tokens"] / place["tokens"]
+    without = (full["seconds"] - full["load_seconds"]) / (place["seconds"] - place["load_seconds"])
+    with_load = full["seconds"] / place["seconds"]
+    cpu = full["cpu_seconds"] / place["cpu_seconds"]
+    return {"token_saving": token, "time_saving": without, "time_saving_with_load": with_load,
+            "ratio": without / token, "ratio_with_load": with_load / token, "cpu_saving": cpu,
+            "ratio_cpu": cpu / token}
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'held out':<22} {'rank [CI] / full':<17} {'run':<8} {'s':>7} {'s -load':>7} {'load s':>6} "
+            f"{'CPU s':>7} {'examples':>8} {'tokens':>7}  {'tok sav':>7} {'time sav':>8} {'ratio':>5} {'(w/ load)':>9} "
+            f"{'CPU ratio':>9}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        p, e = r["place"], r["evaluate"]
+        placed = f"{p['rank']} [{p['interval'][0]}, {p['interval'][1]}] / {r['full_data_rank']}"
+        for what, x in (("place", p), ("evaluate", e)):
+            tail = (f"  {r['token_saving']:>7.2f} {r['time_saving']:>8.2f} {r['ratio']:>5.2f} "
+                    f"{r['ratio_with_load']:>9.2f} {r['ratio_cpu']:>9.2f}") if what == "place" else ""
+            lines.append(f"{r['model'] if what == 'place' else '':<22} {placed if what == 'place' else '':<17} "
+                         f"{what:<8} {x['seconds']:>7.1f} {x['seconds'] - x['load_seconds']:>7.1f} "
+                         f"{x['load_seconds']:>6.1f} {x['cpu_seconds']:>7.1f} {x['examples']:>8} {x['tokens']:>7}{tail}")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    shared = Path(os.environ.get("FLASHEVAL_SHARED") or REPO.parent / "shared")
+    p = argparse.ArgumentParser(prog="seconds_saved.py", description=__doc__.split("\n")[0])
+    p.add_argument("--source", choices=("gguf", "random"), default="gguf")
+    p.add_argument("--tasks", default=DEFAULT_TASKS)
+    p.add_argument("--examples-per-task", type=int, default=200)
+    p.add_argument("--task-dir", type=Path, default=shared / "data" / "tasks")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--hidden-size", type=int, default=2048, help="--source random: the Llama's width")
+    p.add_argument("--layers", type=int, default=16, help="--source random: the Llama's depth")
+    p.add_argument("--tokenizer", type=Path, help="--source random: a saved tokenizer folder (default: bytes)")
+    p.add_argument("--quick", action="store_true", help="20 examples per task, SmolLM2 and its noisy copies only")
+    p.add_argument("--heldout", type=int, default=len(HELDOUT_NOISE), choices=range(1, len(HELDOUT_NOISE) + 1),
+                   help=f"held-out models placed and evaluated (the first N of noise scales {HELDOUT_NOISE})")
+    p.add_argument("--profile", type=Path, help="cProfile the first held-out model's placement into this file")
+    p.add_argument("--work-dir", type=Path, default=REPO / "runs" / "seconds_saved")
+    p.add_argument("--output-json", type=Path)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.examples_per_task = 20
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one line per figure, not a bar per model load and save
+    work = args.work_dir / args.source
+    started = time.perf_counter()
+    print(f"seconds_saved: {' '.join(sys.argv[1:]) or '(defaults)'}; {_load()}; {os.cpu_count()} CPUs", flush=True)
+    ref = build(args, work)
+    rows = held_out(args, work, ref)
+    print(f"\nplacement against evaluate of all {sum(len(e) for e in ref.example_ids)} reference examples "
+          f"(pool of {ref.n_models}; s -load = wall minus the record's load_seconds; savings = evaluate / place; "
+          "ratio = time saving / token saving; CPU s: the process's CPU seconds, all threads, load included, "
+          "less sensitive to other jobs than wall seconds; CPU ratio = CPU saving / token saving)")
+    print(report(rows))
+    print(f"total {time.perf_counter() - started:.0f} s; {_load()}")
+    if args.output_json:
+        args.output_json.write_text(json.dumps({"argv": sys.argv[1:], "tasks": args.tasks,
+                                                "examples_per_task": args.examples_per_task, "rows": rows,
+                                                "pool": [r.model_id for r in ref.ranking()]}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
