@@ -24,9 +24,10 @@ long prompts (a 4,096-token prompt at batch size 32 runs 8 rows per pass)."""
 CPU_ROWS = 32
 """Most rows per pass on a CPU when no batch option is given."""
 CPU_TOKENS = 4096
-"""Token budget (rows x padded length) per pass on a CPU when no batch option is given: measured fastest per
-token on 2 cores (``docs/engine.md``, "Batching"): a CPU gains nothing from passes larger than its caches, and a
-long 10-shot group (4 choices x 700 tokens) then runs alone while short prompts still share a pass."""
+"""Token budget (rows x padded length) per pass on a CPU when no batch option is given. A 10-shot group (4 choices
+x about 700 tokens) runs alone, as in the engine benchmark's batch of 4, and short prompts still share a pass; a CPU
+has nothing to gain from passes of 32,768 tokens (the earlier default) that overflow its caches. Chosen, not yet
+measured: ``benchmarks/batch_budget.py`` is the measurement (``docs/engine.md``, "Batching")."""
 GPU_ROWS = 512
 """Most rows per pass on a GPU when no batch option is given (the token budget comes from free memory)."""
 GPU_MEMORY_SHARE = 0.5
