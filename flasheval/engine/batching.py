@@ -26,8 +26,8 @@ CPU_ROWS = 32
 CPU_TOKENS = 4096
 """Token budget (rows x padded length) per pass on a CPU when no batch option is given. A 10-shot group (4 choices
 x about 700 tokens) runs alone, as in the engine benchmark's batch of 4, and short prompts still share a pass; a CPU
-has nothing to gain from passes of 32,768 tokens (the earlier default) that overflow its caches. Chosen, not yet
-measured: ``benchmarks/batch_budget.py`` is the measurement (``docs/engine.md``, "Batching")."""
+has nothing to gain from passes of 32,768 tokens (the earlier default): ``benchmarks/batch_budget.py`` found no
+budget of 2,048-32,768 faster beyond its noise on 2 shared cores (``docs/engine.md``, "Batching")."""
 GPU_ROWS = 512
 """Most rows per pass on a GPU when no batch option is given (the token budget comes from free memory)."""
 GPU_MEMORY_SHARE = 0.5
