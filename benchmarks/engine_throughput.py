@@ -98,9 +98,10 @@ class TaskRun:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line, checked (a bad value raises :class:`BenchmarkError`)."""
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m",
-                        help="smollm2-135m (default), a fetch_models.py name (gemma3-270m, qwen2.5-coder-0.5b, ...), "
-                             "or a path to a GGUF file or a Hugging Face folder")
+    parser.add_argument("--model", "--models", dest="models", default="smollm2-135m",
+                        help="comma-separated models, each loaded and measured in turn: smollm2-135m (default), a "
+                             "fetch_models.py name (gemma3-270m, qwen2.5-coder-0.5b, ...), a GGUF file or an HF folder")
+    parser.add_argument("--shots", type=int, default=None, help="few-shot examples per prompt (default: 10)")
     parser.add_argument("--n-examples", type=int, default=8, help="examples per task (default 8)")
     parser.add_argument("--batch-size", type=int, default=4, help="rows per forward pass, both engines (default 4)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2; 0: torch's default)")
@@ -113,6 +114,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--peak-flops", type=float, default=None, metavar="F",
                         help="the device's peak FLOP/s in --dtype: adds each engine's fraction of it")
     args = parser.parse_args(argv)
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not args.models:
+        raise BenchmarkError("--models needs at least one model")
+    if args.shots is not None and args.shots < 0:
+        raise BenchmarkError(f"--shots must be >= 0, got {args.shots}")
     for name, least in (("n_examples", 1), ("batch_size", 1), ("repeats", 1), ("threads", 0)):
         if getattr(args, name) < least:
             raise BenchmarkError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
@@ -156,11 +162,11 @@ def model_location(name: str) -> tuple[Path, str | None]:
 # ---------------------------------------------------------------- engines
 
 
-def load(args: argparse.Namespace) -> Any:
+def load(args: argparse.Namespace, model: str) -> Any:
     """The model, loaded once, in flasheval's backend (its torch module is lent to lm-eval)."""
     from flasheval.engine.hf_loading import load_hf_backend
 
-    folder, gguf = model_location(args.model)
+    folder, gguf = model_location(model)
     return load_hf_backend(str(folder), gguf_file=gguf, dtype=args.dtype, device=args.device,
                            batch_size=args.batch_size)
 
@@ -180,13 +186,18 @@ def lmeval_around(backend: Any, batch_size: int) -> Any:
                 max_length=backend.max_length, softmax_dtype=torch.float32)
 
 
-def task_runs(backend: Any, n_examples: int, seed: int) -> list[TaskRun]:
-    """The requests of each task, with the tokens each engine runs for them (flasheval's tokenization)."""
+def task_runs(backend: Any, n_examples: int, seed: int, *, shots: int | None = None) -> list[TaskRun]:
+    """The requests of each task, with the tokens each engine runs for them (flasheval's tokenization);
+    ``shots``: few-shot examples per prompt (default: the task's, 10)."""
+    from dataclasses import replace
+
     from flasheval.evaluation.evaluate import example_tokens
     from flasheval.evaluation.selection import select_examples, task_requests
 
     runs = []
     for selection in select_examples(TASKS, task_dir(), n_examples=n_examples, seed=seed):
+        if shots is not None:
+            selection = replace(selection, spec=replace(selection.spec, n_shots=shots))
         by_id = task_requests(selection, seed=seed, prefix_space=backend.info.prefix_space)
         requests = [r for reqs in by_id.values() for r in reqs]
         results = dict(zip(requests, backend.loglikelihood(requests)))  # token counts (and a warm-up)
@@ -301,8 +312,8 @@ def _row(name: str, runs: list[TaskRun], n_parameters: int, limit: float) -> dic
     return row
 
 
-def report(runs: list[TaskRun], *, n_parameters: int, limit: float, peak: float | None) -> None:
-    """One row per task (and the total): median times, median per-repeat ratios, fractions of the matmul FLOP/s.
+def report(runs: list[TaskRun], *, n_parameters: int, limit: float, peak: float | None) -> dict[str, Any]:
+    """One row per task (and the total, returned): median times, median per-repeat ratios, fractions of the matmul FLOP/s.
 
     ``limit`` is the matmul FLOP/s used for runs without their own per-repeat ones (``TaskRun.matmul``).
     """
@@ -328,37 +339,25 @@ def report(runs: list[TaskRun], *, n_parameters: int, limit: float, peak: float 
     print(f"tokens run: flasheval {total['flasheval']}" + (f", lm-eval {total['lm-eval']}" if both else "")
           + "; speed-up and tokens/s ratio (flasheval / lm-eval): medians of per-repeat ratios; speed-up = token ratio"
           " x tokens/s ratio; %mm: 2 x parameters x tokens / seconds over the matmul FLOP/s measured before each task")
+    return rows[-1]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; ``1`` and one line on stderr for a bad input."""
-    try:
-        args = parse_args(argv)
-        task_dir()  # before the model loads
-        import torch
+def run_model(args: argparse.Namespace, model: str) -> dict[str, Any]:
+    """Load one model, time the engines on its requests, print its figures; returns its total row."""
+    import torch
 
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        from flasheval.engine import n_parameters
+    from flasheval.engine import n_parameters
 
-        loads = [os.getloadavg()]
-        backend = load(args)
-        lm = None if args.skip_lmeval else lmeval_around(backend, args.batch_size)
-        runs = task_runs(backend, args.n_examples, args.seed)
-    except BenchmarkError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - flasheval's own one-line errors (missing files, bad device)
-        if type(exc).__module__.startswith("flasheval"):
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-            return 1
-        raise
+    loads = [os.getloadavg()]
+    backend = load(args, model)
+    lm = None if args.skip_lmeval else lmeval_around(backend, args.batch_size)
+    runs = task_runs(backend, args.n_examples, args.seed, shots=args.shots)
     config, device = backend.model.config, torch.device(backend.info.device)
     n_params = n_parameters(backend)
     lengths = [run.tokens["lm-eval"] / len(run.requests) for run in runs]
     m = args.batch_size * round(statistics.fmean(lengths))
     shape = (m, config.hidden_size, config.intermediate_size)
-    print(f"model {args.model}: {n_params / 1e6:.1f}M parameters, {args.dtype}, {device}, batch size {args.batch_size}, "
+    print(f"model {model}: {n_params / 1e6:.1f}M parameters, {args.dtype}, {device}, batch size {args.batch_size}, "
           f"torch threads {torch.get_num_threads()}, max length {backend.max_length}; torch {torch.__version__}"
           + ("" if lm is None else f", lm-eval {importlib.metadata.version('lm-eval')}")
           + f"; matmul ({shape[0]}, {shape[1]}) x ({shape[1]}, {shape[2]}); {args.repeats} repeats, medians")
@@ -370,7 +369,36 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"range {min(achieved) / 1e9:.1f}-{max(achieved) / 1e9:.1f}); load average (1/5/15 min) "
           f"{'/'.join(f'{x:.2f}' for x in loads[0])} before, {'/'.join(f'{x:.2f}' for x in loads[1])} after, "
           f"on {os.cpu_count()} CPUs")
-    report(runs, n_parameters=n_params, limit=limit, peak=args.peak_flops)
+    total = report(runs, n_parameters=n_params, limit=limit, peak=args.peak_flops)
+    del lm, backend
+    return total
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark on each ``--models`` model; ``1`` and one line on stderr for a bad input."""
+    try:
+        args = parse_args(argv)
+        task_dir()  # before the model loads
+        for model in args.models:
+            model_location(model)
+        import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        totals = {model: run_model(args, model) for model in args.models}
+    except BenchmarkError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - flasheval's own one-line errors (missing files, bad device)
+        if type(exc).__module__.startswith("flasheval"):
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return 1
+        raise
+    if len(totals) > 1 and not args.skip_lmeval:
+        print("summary (total over tasks): model, tokens/s ratio flasheval / lm-eval, % of the matmul (lm-eval, flasheval)")
+        for model, row in totals.items():
+            print(f"  {model}: {row['rate_ratio']:.2f}x, {100 * row['fraction']['lm-eval']:.1f}%, "
+                  f"{100 * row['fraction']['flasheval']:.1f}%")
     return 0
 
 

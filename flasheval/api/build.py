@@ -160,7 +160,7 @@ def build_reference(
     engine = engine_options(engine)
     dtype = check_dtype(engine.dtype or "float32", why=" (a reference pins its dtype)")
     engine.refuse("evaluate and lm_eval only (a reference's models are scored as it records)", "max_length")
-    device, batch_size, placement = engine.device, engine.batch_size or 32, engine.placement
+    device, batch_size, placement = engine.device, engine.batch_size, engine.placement
     check_seed(seed)
     check_name(name, what="reference name")
     check_output(output_root, field="--output-root")

@@ -89,7 +89,7 @@ def evaluate(
         and the results store (default ``output/store``; without ``output``, a temporary one).
     engine
         How the model runs (:class:`~flasheval.api.options.EngineOptions`): ``dtype``/``device`` (``auto``: float32
-        on CPU, bfloat16 on GPU), ``batch_size`` (default 32 continuations per forward pass), ``max_length``;
+        on CPU, bfloat16 on GPU), ``batch_size`` (continuations per forward pass; default: chosen for the device with a token budget), ``max_length``;
         for a model larger than one GPU, ``device_map`` ``auto``, ``balanced``, ``sequential`` or a mapping of
         module -> device spreads each replica over its GPUs (under ``accelerate launch``, its slice of the
         node's), then CPU memory, then ``offload_folder`` on disk; ``max_memory`` caps devices
@@ -177,7 +177,7 @@ def evaluate(
                         selections=tuple(selections), heldout=tuple(held), seed=seed, n_examples=n_examples,
                         baselines=baselines, model_id=model_id, output=None if output is None else Path(output),
                         format=format, store=None if store is None else Path(store), dtype=dtype,
-                        device=engine.device or "auto", batch_size=engine.batch_size or 32,
+                        device=engine.device or "auto", batch_size=engine.batch_size,
                         max_length=engine.max_length, device_map=engine.placement, compare_dtype=compare_dtype,
                         progress_bar=progress_bar, distributed=distributed)
     return run_evaluation(job, report=report, on_backend=lambda backend: watch_load(report, backend,

@@ -108,7 +108,7 @@ def lm_eval(
                             default_run_folder("lm-eval", named.model_id) / "store"))
     start = time.perf_counter()
     opened = open_lmeval_model(named, folder, dtype=dtype, device=engine.device or "auto",
-                               batch_size=engine.batch_size or 32, max_length=engine.max_length,
+                               batch_size=engine.batch_size, max_length=engine.max_length,
                                progress_bar=progress_bar, device_map=placement, state=processes(distributed))
     tracker = None
     if output_path and opened.is_main_process:

@@ -69,7 +69,7 @@ def live_options(*, seed: Any, task_dir: Any, include_path: Any, num_fewshot: An
     return LiveOptions(seed=seed, dtype=engine.dtype, task_dir=None if task_dir is None else str(task_dir),
                        include_path=None if include_path is None else str(Path(include_path).resolve()),
                        num_fewshot=num_fewshot, device=engine.device,
-                       batch_size=32 if engine.batch_size is None else engine.batch_size, device_map=engine.placement)
+                       batch_size=engine.batch_size, device_map=engine.placement)
 
 
 REPLAY = "live models only (replay: serves recorded scores)"

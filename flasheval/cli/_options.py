@@ -101,7 +101,7 @@ def add_live_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task-dir", help="live: task files (default: the folder the reference was built from)")
     parser.add_argument("--dtype", help="live: default and only accepted value: the reference's")
     parser.add_argument("--device", help="live: auto, cpu, cuda, cuda:N (default: auto)")
-    parser.add_argument("--batch-size", type=int, help="live: continuations per forward pass (default: 32)")
+    parser.add_argument("--batch-size", type=int, help="live: continuations per forward pass (default: chosen for the device)")
     add_device_map_options(parser)
 
 

@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
     parser.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: auto)")
     add_device_map_options(parser)
-    parser.add_argument("--batch-size", type=int, help="continuations per forward pass, halved on OOM (default: 32)")
+    parser.add_argument("--batch-size", type=int, help="continuations per forward pass, halved on OOM (default: chosen for the device by a token budget)")
     parser.add_argument("--max-length", type=int, default=None, help="max tokens per sequence (default: the model's)")
     parser.add_argument("--compare-dtype", metavar="DTYPE",
                         help="then score the same examples with the weights in DTYPE (float32, bfloat16, float16) and "

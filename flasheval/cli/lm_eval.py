@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", help="auto, float32, bfloat16, float16 (default: float32)")
     parser.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: auto)")
     add_device_map_options(parser)
-    _both(parser, "batch_size", type=int, help="continuations per forward pass (default: 32)")
+    _both(parser, "batch_size", type=int, help="continuations per forward pass (default: chosen for the device)")
     _both(parser, "max_length", type=int, help="lm-eval's max_length (default: the model config's)")
     add_progress_options(parser)
     parser.set_defaults(func=run, runs_models=True)

@@ -90,7 +90,7 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="pinned in the reference (default: %(default)s)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: %(default)s)")
     add_device_map_options(p)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, help="continuations per forward pass (default: chosen for the device)")
     p.add_argument("--no-prefix-space", action="store_true",
                    help="do not prepend a space to continuations (SentencePiece-only pools; default: prefix space)")
     p.add_argument("--name", required=True, help="reference name (folder name)")

@@ -9,13 +9,107 @@ as rows x the longest unit in the batch (its padded length).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["TOKENS_PER_ROW", "default_token_budget", "pack_batches"]
+__all__ = ["TOKENS_PER_ROW", "CPU_ROWS", "CPU_TOKENS", "GPU_ROWS", "GPU_MEMORY_SHARE", "ModelShape", "auto_limits",
+           "default_token_budget", "pack_batches"]
 
 TOKENS_PER_ROW = 1024
 """Default token budget per row of ``batch_size``: a budget of ``batch_size * 1024`` tokens keeps
 ordinary few-shot prompts (a few hundred tokens) at the full row count and cuts the rows of
 long prompts (a 4,096-token prompt at batch size 32 runs 8 rows per pass)."""
+
+
+CPU_ROWS = 32
+"""Most rows per pass on a CPU when no batch option is given."""
+CPU_TOKENS = 4096
+"""Token budget (rows x padded length) per pass on a CPU when no batch option is given. A 10-shot group (4 choices
+x about 700 tokens) runs alone, as in the engine benchmark's batch of 4, and short prompts still share a pass; a CPU
+has nothing to gain from passes of 32,768 tokens (the earlier default): ``benchmarks/batch_budget.py`` found no
+budget of 2,048-32,768 faster beyond its noise on 2 shared cores (``docs/engine.md``, "Batching")."""
+GPU_ROWS = 512
+"""Most rows per pass on a GPU when no batch option is given (the token budget comes from free memory)."""
+GPU_MEMORY_SHARE = 0.5
+"""Share of the GPU's free memory (after the weights loaded) the token budget may plan to fill."""
+_GPU_TOKENS = (1024, 1 << 20)  # the range a GPU's token budget is kept in
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelShape:
+    """The sizes of a model that set the memory of one token in a forward pass.
+
+    Examples
+    --------
+    >>> ModelShape(hidden=576, intermediate=1536, n_layers=30, kv_width=192, vocab=49152, dtype_bytes=4).token_bytes()
+    663552
+    """
+
+    hidden: int
+    intermediate: int
+    n_layers: int
+    kv_width: int
+    """Key (or value) values per token and layer: key/value heads x head dimension."""
+    vocab: int
+    dtype_bytes: int
+    """Bytes per value of the weights' dtype (4 float32, 2 bfloat16 / float16)."""
+
+    @classmethod
+    def from_config(cls, config: Any, *, dtype_bytes: int) -> ModelShape:
+        """Read the sizes of a ``transformers`` config (missing ones get a Llama-like guess)."""
+        hidden = int(getattr(config, "hidden_size", 0) or 4096)
+        heads = int(getattr(config, "num_attention_heads", 0) or 32)
+        head_dim = int(getattr(config, "head_dim", 0) or hidden // heads)
+        return cls(hidden=hidden, intermediate=int(getattr(config, "intermediate_size", 0) or 4 * hidden),
+                   n_layers=int(getattr(config, "num_hidden_layers", 0) or 32),
+                   kv_width=int(getattr(config, "num_key_value_heads", 0) or heads) * head_dim,
+                   vocab=int(getattr(config, "vocab_size", 0) or 32000), dtype_bytes=dtype_bytes)
+
+    def token_bytes(self) -> int:
+        """Memory one padded token may hold in a pass: its keys and values in every layer (the expanded cache),
+        one layer's activations (hidden states, projections, the gated MLP), and float32 log-probabilities over
+        the vocabulary (the worst case: every token scored, as in rolling windows) next to its logits."""
+        cache = 2 * self.n_layers * self.kv_width * self.dtype_bytes
+        activations = (4 * self.hidden + 3 * self.intermediate) * self.dtype_bytes
+        return cache + activations + self.vocab * (self.dtype_bytes + 8)
+
+
+def auto_limits(device_kind: str, *, free_bytes: int | None = None, shape: ModelShape | None = None) -> tuple[int, int]:
+    """``(most rows, token budget)`` per pass for a device, when the caller gives no batch option.
+
+    Parameters
+    ----------
+    device_kind
+        ``cpu``, ``cuda``, ``mps``, ...: a CPU gets the measured :data:`CPU_ROWS` and :data:`CPU_TOKENS`.
+    free_bytes
+        An accelerator's free memory once the weights are loaded (``None``: not known yet, the least budget).
+    shape
+        The model's sizes (:class:`ModelShape`); needed with ``free_bytes``.
+
+    Returns
+    -------
+    tuple of int
+        On an accelerator the budget fills :data:`GPU_MEMORY_SHARE` of the free memory at
+        :meth:`ModelShape.token_bytes` per token, kept in 1,024 .. 2**20 and rounded down to a multiple of 256;
+        rows :data:`GPU_ROWS`. The out-of-memory back-off halves both if a pass still does not fit.
+
+    Examples
+    --------
+    >>> auto_limits("cpu")
+    (32, 4096)
+    >>> llama8b = ModelShape(hidden=4096, intermediate=14336, n_layers=32, kv_width=1024, vocab=128256, dtype_bytes=2)
+    >>> auto_limits("cuda", free_bytes=120 * 2**30, shape=llama8b)
+    (512, 41984)
+    >>> auto_limits("cuda", free_bytes=2**20, shape=llama8b), auto_limits("cuda")
+    ((512, 1024), (512, 1024))
+    """
+    if device_kind == "cpu":
+        return CPU_ROWS, CPU_TOKENS
+    if free_bytes is None or shape is None:  # not known yet (before the weights load): the least budget
+        return GPU_ROWS, _GPU_TOKENS[0]
+    tokens = int(free_bytes * GPU_MEMORY_SHARE) // shape.token_bytes()
+    tokens = min(max(tokens, _GPU_TOKENS[0]), _GPU_TOKENS[1])
+    return GPU_ROWS, tokens // 256 * 256
 
 
 def default_token_budget(batch_size: int) -> int:

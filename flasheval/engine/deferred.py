@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flasheval.engine.base import BackendInfo, OnResults
+from flasheval.engine.batching import auto_limits
 from flasheval.engine.hf import HFBackend
 from flasheval.engine.planning import prefix_space
 from flasheval.errors import BackendError
@@ -50,7 +51,7 @@ class DeferredBackend:
         Called with the load's wall seconds when the weights have loaded (e.g. to print a line); ``None``: nothing.
     """
 
-    def __init__(self, plan: Any, *, batch_size: int = 32, share_context: bool = True) -> None:
+    def __init__(self, plan: Any, *, batch_size: int | None = None, share_context: bool = True) -> None:
         from flasheval.engine.hf_loading import load_tokenizer
 
         self._plan = plan
@@ -85,7 +86,7 @@ class DeferredBackend:
         loaded = None if self._backend is None else self._backend.info
         return BackendInfo(
             prefix_space=self._prefix_space,
-            batch_size=self._batch_size if loaded is None else loaded.batch_size,
+            batch_size=(self._batch_size or auto_limits(self._plan.device.type)[0]) if loaded is None else loaded.batch_size,
             is_loaded=loaded is not None,
             load_seconds=self._load_seconds,
             n_parameters=self._plan.n_parameters if loaded is None else loaded.n_parameters,

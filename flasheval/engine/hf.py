@@ -38,7 +38,7 @@ from typing import Any
 
 from flasheval.engine.backoff import Limits, run_with_backoff
 from flasheval.engine.base import BackendInfo, OnResults
-from flasheval.engine.batching import default_token_budget
+from flasheval.engine.batching import ModelShape, auto_limits, default_token_budget
 from flasheval.engine.hf_forward import Scored, forward_shared, forward_unpadded, pass_settings
 from flasheval.engine.hf_generation import generate_batch, generation_batches
 from flasheval.engine.planning import (
@@ -84,7 +84,8 @@ class HFBackend:
         The model fingerprint (see :mod:`flasheval.engine.fingerprint`).
     batch_size
         Maximum number of continuations per forward pass (the context pass has at most as
-        many rows). Halved automatically on out-of-memory.
+        many rows). Halved automatically on out-of-memory. ``None`` (default): chosen for the
+        device with the token budget (:func:`~flasheval.engine.batching.auto_limits`).
     max_length
         Maximum tokens per sequence; default: the model's maximum position embeddings.
     share_context
@@ -92,8 +93,9 @@ class HFBackend:
         request on its own (for checks; results agree within float rounding). Models outside
         :data:`SHARED_CONTEXT_FAMILIES` always score each request in its own unpadded pass.
     max_batch_tokens
-        Token budget per forward pass, counted as rows x padded length (default
-        ``batch_size * 1024``, see :mod:`flasheval.engine.batching`). Halved on out-of-memory.
+        Token budget per forward pass, counted as rows x padded length (default: ``batch_size * 1024``
+        when ``batch_size`` is given, else chosen for the device: a measured budget on a CPU, one from the
+        free memory and the model's sizes on a GPU; see :mod:`flasheval.engine.batching`). Halved on out-of-memory.
     pad_multiple
         Padded widths are rounded up to a multiple of this many tokens (default 16), so that a request's
         sums do not depend on its companions (:func:`~flasheval.engine.hf_forward.padded_width`); 1 pads
@@ -116,14 +118,14 @@ class HFBackend:
         tokenizer: Any,
         *,
         fingerprint: str,
-        batch_size: int = 32,
+        batch_size: int | None = None,
         max_length: int | None = None,
         share_context: bool = True,
         max_batch_tokens: int | None = None,
         pad_multiple: int = 16,
         previous_fingerprint: str | None = None,
     ) -> None:
-        if batch_size < 1:
+        if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_batch_tokens is not None and max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -151,8 +153,8 @@ class HFBackend:
         self._start_id = next(t for t in special if t is not None)
         pad_id = next(t for t in [tokenizer.pad_token_id, tokenizer.eos_token_id, 0] if t is not None)
         self._pass = pass_settings(model, pad_id=pad_id, pad_multiple=pad_multiple)
-        self._limits = Limits(max_rows=batch_size, max_tokens=max_batch_tokens or default_token_budget(batch_size),
-                              on_cuda=self._pass.device.type == "cuda")
+        rows, tokens = _initial_limits(model, self._pass.device, batch_size, max_batch_tokens)
+        self._limits = Limits(max_rows=rows, max_tokens=tokens, on_cuda=self._pass.device.type == "cuda")
         self.forward_seconds = 0.0
         self.forward_tokens = 0
 
@@ -319,7 +321,7 @@ class HFBackend:
         start = time.perf_counter()
         try:
             if self._unpadded:
-                scored = forward_unpadded(self._model, groups[0], device=self._pass.device)
+                scored = forward_unpadded(self._model, groups[0], self._pass)
             else:
                 scored = forward_shared(self._model, list(groups), self._pass)
         finally:  # a pass that ran out of memory still took the time
@@ -362,3 +364,21 @@ class HFBackend:
             if on_results is not None:
                 on_results(pairs)
         return results  # type: ignore[return-value]
+
+
+def _initial_limits(model: Any, device: Any, batch_size: int | None, max_batch_tokens: int | None) -> tuple[int, int]:
+    """``(rows, tokens)`` per pass: the caller's options, the rest chosen for the device (:func:`auto_limits`).
+
+    A ``batch_size`` alone keeps its own budget (``batch_size * 1024``), as before batches were sized for the device.
+    """
+    if batch_size is not None:
+        return batch_size, max_batch_tokens or default_token_budget(batch_size)
+    free = None
+    if device.type == "cuda":
+        import torch
+
+        free = torch.cuda.mem_get_info(device)[0]
+    first = next(iter(model.parameters()), None)
+    shape = ModelShape.from_config(model.config, dtype_bytes=4 if first is None else first.element_size())
+    rows, tokens = auto_limits(device.type, free_bytes=free, shape=shape)
+    return rows, max_batch_tokens or tokens

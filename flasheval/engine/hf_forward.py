@@ -15,8 +15,8 @@ from typing import Any
 from flasheval.engine.planning import Group, Item
 from flasheval.errors import BackendError
 
-__all__ = ["Scored", "PassSettings", "PAD_MULTIPLE", "padded_width", "pass_settings", "score_logits", "forward_shared",
-           "forward_unpadded"]
+__all__ = ["Scored", "PassSettings", "PAD_MULTIPLE", "padded_width", "pass_settings", "keep_columns", "score_logits",
+           "forward_shared", "forward_unpadded"]
 
 Scored = tuple[Item, float, bool]
 """One scored item: the item, its summed log-likelihood, whether every token was the argmax."""
@@ -34,7 +34,8 @@ class PassSettings:
     cache_kw: str
     """Name of the forward argument taking the key/value cache (``cache`` in transformers 5.x, else ``past_key_values``)."""
     keep_one: dict[str, int] = field(default_factory=dict)
-    """Forward keyword that keeps the logits of one position only (empty when the model has none)."""
+    """Forward keyword that keeps the logits of one position only (empty when the model has none). The same
+    keyword, given a 1-D tensor of columns, keeps those columns' logits: the continuation pass's scored ones."""
     pad_multiple: int = 16
     """Padded widths (the context prefixes', the continuations') are rounded up to a multiple of this
     (:func:`padded_width`), so a row's real tokens sit at the same offsets modulo it whatever its companions."""
@@ -42,6 +43,11 @@ class PassSettings:
 
 PAD_MULTIPLE = 16
 """The padded-width multiple models are loaded with (:func:`padded_width`); part of their fingerprint."""
+
+MIN_LOGIT_ROWS = 16
+"""Positions a pass keeps logits for at the least (more columns than the scored ones when a pass scores fewer):
+the CPU's float32 matrix product gives a row other last bits when it has fewer than 16 rows (SmolLM2's output
+layer: 3e-6 per logit, 1.5e-5 nats per choice), and a request's sums must not depend on its companions."""
 
 
 def padded_width(n_tokens: int, multiple: int) -> int:
@@ -71,6 +77,8 @@ def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = 16) -> PassSet
     forward_parameters = inspect.signature(unwrap(model)[1].forward).parameters
     cache_kw = "cache" if "cache" in forward_parameters else "past_key_values"
     # The context pass needs no logits: keep one position (older releases call it num_logits_to_keep).
+    # ``logits_to_keep`` (transformers >= 4.50) also takes a 1-D tensor of columns: the continuation pass keeps
+    # only the columns it scores. The older ``num_logits_to_keep`` took an int only: keep one, or all logits.
     keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward_parameters), None)
     return PassSettings(device=input_device(model), pad_id=pad_id, cache_kw=cache_kw,
                         keep_one={} if keep is None else {keep: 1}, pad_multiple=pad_multiple)
@@ -79,7 +87,12 @@ def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = 16) -> PassSet
 def score_logits(model: Any, logits: Any, targets: Any, target_mask: Any) -> tuple[list[float], list[bool]]:
     """Per row: summed log-probability of ``targets`` where ``target_mask``, and whether each is the argmax.
 
-    Computed in float32 on the device the logits come from (the last layer's, under a device map).
+    ``logits`` is ``[rows, columns, vocab]`` (column ``j`` predicting ``targets[:, j]``) with ``columns`` at most
+    the targets' width: columns past it are never scored (a forward that kept only the first columns' logits).
+    Only the scored positions (``target_mask``) are upcast to float32 and log-softmaxed, a ``[n_scored, vocab]``
+    tensor: the padding's logits are never copied. The per-position values are then put back in place and
+    summed per row in float64, as over the full width (zeros at padding). Computed on the device the logits
+    come from (the last layer's, under a device map).
 
     Raises
     ------
@@ -88,29 +101,58 @@ def score_logits(model: Any, logits: Any, targets: Any, target_mask: Any) -> tup
     """
     import torch
 
-    logits = logits.float()
+    width = logits.shape[1]
     targets, target_mask = targets.to(logits.device), target_mask.to(logits.device)
-    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if bool(target_mask[:, width:].any()):
+        raise ValueError(f"logits of {width} columns cannot score targets up to column {target_mask.shape[1]}")
+    scored = logits[target_mask[:, :width]].float()  # [n_scored, vocab]: the only float32 copy
+    picked = targets[target_mask]
+    logprobs = torch.zeros(target_mask.shape, dtype=torch.float32, device=logits.device)
+    logprobs[target_mask] = torch.log_softmax(scored, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
     sums = (logprobs.double() * target_mask).sum(dim=1)
     if not bool(torch.isfinite(sums).all()):
         raise BackendError(f"non-finite log-likelihood from {type(model).__name__} "
                            f"(attention {getattr(model.config, '_attn_implementation', '?')}); "
                            "try --dtype float32 or another attention implementation")
-    greedy = ((logits.argmax(dim=-1) == targets) | ~target_mask).all(dim=1)
+    hits = torch.ones(target_mask.shape, dtype=torch.bool, device=logits.device)
+    hits[target_mask] = scored.argmax(dim=-1) == picked
+    greedy = hits.all(dim=1)
     return [float(x) for x in sums.cpu().tolist()], [bool(x) for x in greedy.cpu().tolist()]
 
 
-def forward_unpadded(model: Any, group: Group, *, device: Any) -> list[Scored]:
-    """One plain forward pass per item over ``context + continuation``: no padding, no cache."""
+def keep_columns(settings: PassSettings, columns: range) -> dict[str, Any]:
+    """The forward keyword keeping only ``columns``' logits (a 1-D tensor of column indices), or ``{}`` for all.
+
+    ``{}`` when the model has no such keyword (:attr:`PassSettings.keep_one` empty) or only the integer-only
+    ``num_logits_to_keep`` of older releases: the forward then computes every column's logits, as before.
+    """
+    import torch
+
+    name = next(iter(settings.keep_one), None)
+    if name != "logits_to_keep":
+        return {}
+    # On the CPU: the index selects columns of the last layer's output, which a device map may put on
+    # another device than the inputs; a CPU index serves a tensor on any device.
+    return {name: torch.arange(columns.start, columns.stop)}
+
+
+def forward_unpadded(model: Any, group: Group, settings: PassSettings) -> list[Scored]:
+    """One plain forward pass per item over ``context + continuation``: no padding, no cache.
+
+    Logits are kept only at the columns that predict the continuation (where the model's forward allows it).
+    """
     import torch
 
     from flasheval.engine.in_memory import no_grad
 
     scored = []
     for item in group.items:
-        ids = torch.tensor([group.context + item.continuation], device=device)
+        ids = torch.tensor([group.context + item.continuation], device=settings.device)
+        start, stop = len(group.context) - 1, ids.shape[1] - 1
+        keep = keep_columns(settings, range(max(0, min(start, stop - MIN_LOGIT_ROWS)), stop))
         with no_grad(model):
-            logits = model(input_ids=ids).logits[:, len(group.context) - 1 : -1]
+            logits = model(input_ids=ids, **keep).logits
+        logits = (logits if keep else logits[:, :stop])[:, start - stop :]  # the continuation's columns
         targets = ids[:, len(group.context) :]
         sums, greedy = score_logits(model, logits, targets, torch.ones_like(targets, dtype=torch.bool))
         scored.append((item, sums[0], greedy[0]))
@@ -178,8 +220,14 @@ def _continuation_pass(
     ids, mask = ids.to(device), mask.to(device)
     full_mask = mask if prefix_mask is None else torch.cat([prefix_mask, mask], dim=1)
     kwargs = {} if past is None else {settings.cache_kw: past}
+    # Column j predicts token j + 1: only the first ``longest continuation`` columns are ever scored, so
+    # only their logits are computed (the rest are padding, or the last token, which predicts nothing),
+    # and at least MIN_LOGIT_ROWS positions (rows x n_query >= 16 always allows it).
+    longest = max(len(item.continuation) for _, item in rows)
+    keep = keep_columns(settings, range(min(n_query, max(longest, -(-MIN_LOGIT_ROWS // len(rows))))))
     logits = model(
-        input_ids=ids, attention_mask=full_mask, position_ids=positions.to(device), use_cache=past is not None, **kwargs
-    ).logits[:, :-1]
-    sums, greedy = score_logits(model, logits, ids[:, 1:], mask[:, 1:].bool())
+        input_ids=ids, attention_mask=full_mask, position_ids=positions.to(device), use_cache=past is not None,
+        **kwargs, **keep,
+    ).logits
+    sums, greedy = score_logits(model, logits[:, : n_query - 1], ids[:, 1:], mask[:, 1:].bool())
     return [(item, sums[r], greedy[r]) for r, (_, item) in enumerate(rows)]

@@ -219,7 +219,7 @@ def _empty_copy(config: Any, source: str) -> tuple[int, str]:
     return int(sum(p.numel() for p in model.parameters())), str(model.config._attn_implementation)
 
 
-def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int = 32,
+def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int | None = None,
                  share_context: bool = True) -> HFBackend:
     """Load the weights of ``plan`` (and its tokenizer, unless given) into an :class:`HFBackend`."""
     own_tokenizer = tokenizer is None
@@ -258,7 +258,7 @@ def load_hf_backend(
     revision: str | None = None,
     dtype: str = "auto",
     device: str = "auto",
-    batch_size: int = 32,
+    batch_size: int | None = None,
     max_length: int | None = None,
     share_context: bool = True,
     device_map: DeviceMap | None = None,

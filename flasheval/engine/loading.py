@@ -37,7 +37,7 @@ def open_backend(spec: ModelSpec, **options: Any) -> Backend:
     return load_hf_backend(spec.target, revision=spec.revision, **options)
 
 
-def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "auto", batch_size: int = 32,
+def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "auto", batch_size: int | None = None,
                max_length: int | None = None, device_map: DeviceMap | None = None,
                record_in: Path | None = None, state: Any = None) -> Backend:
     """The backend of a spec's model or of a model the caller holds (used as it is).
@@ -84,7 +84,7 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
                      fingerprint=in_memory_fingerprint(model, **key, settings=settings, digest=digest))
 
 
-def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int, max_length: int | None,
+def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int | None, max_length: int | None,
               device_map: DeviceMap | None = None, layout: ProcessLayout | None = None) -> Backend:
     """A ``hf:`` / ``gguf:`` spec opened without its weights (they load on first use)."""
     if spec.kind == "replay":
@@ -131,7 +131,7 @@ def _agreed(digest: str, state: Any) -> str:
 
 
 def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str, device: str = "auto",
-                        batch_size: int = 32, max_length: int | None = None, state: Any = None,
+                        batch_size: int | None = None, max_length: int | None = None, state: Any = None,
                         device_map: DeviceMap | None = None) -> tuple[CachedBackend, ResultStore, Any]:
     """Open a model (:func:`open_model`) behind the results store (data-parallel over ``state``'s processes).
 

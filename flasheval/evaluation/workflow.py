@@ -124,7 +124,7 @@ class EvaluationJob:
     store: Path | None
     dtype: str
     device: str
-    batch_size: int
+    batch_size: int | None
     max_length: int | None
     device_map: DeviceMap | None
     compare_dtype: str | None

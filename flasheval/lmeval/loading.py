@@ -45,7 +45,7 @@ class OpenedModel:
 
 
 def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str = "float32",
-                      device: str = "auto", batch_size: int = 32, max_length: int | None = None,
+                      device: str = "auto", batch_size: int | None = None, max_length: int | None = None,
                       state: Any = None, progress_bar: bool | None = None,
                       device_map: DeviceMap | None = None) -> OpenedModel:
     """Load ``model`` and wrap it as an lm-eval model behind the results store in ``store_dir``.

@@ -64,13 +64,15 @@ class LiveOptions:
     """lm-eval references only: must equal the reference's few-shot counts."""
     device: str | None = None
     """``auto`` (default), ``cpu``, ``cuda``, ``cuda:N``; not for in-memory models (they stay where they are)."""
-    batch_size: int = 32
+    batch_size: int | None = None
+    """Continuations per forward pass (``None``: chosen for the device, :func:`~flasheval.engine.batching.auto_limits`)."""
     device_map: DeviceMap | None = None
     """Spread a spec's model over this replica's GPUs, CPU memory and disk (:mod:`flasheval.engine.device_map`);
     not for in-memory models."""
 
     def __post_init__(self) -> None:
-        check_count(self.batch_size, field="--batch-size")
+        if self.batch_size is not None:
+            check_count(self.batch_size, field="--batch-size")
         check_seed(self.seed)
         if self.dtype is not None:
             check_dtype(self.dtype)

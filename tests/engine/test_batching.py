@@ -31,3 +31,24 @@ def test_a_unit_over_the_limits_runs_alone_and_bad_limits_are_refused():
     assert default_token_budget(8) == 8 * 1024
     with pytest.raises(ValueError, match="max_tokens"):
         pack_batches([(1, 1)], max_rows=1, max_tokens=0)
+
+
+def test_auto_limits_cpu_measured_and_gpu_from_free_memory():
+    from types import SimpleNamespace
+
+    from flasheval.engine.batching import CPU_ROWS, CPU_TOKENS, GPU_ROWS, ModelShape, auto_limits
+
+    assert auto_limits("cpu", free_bytes=10**12) == (CPU_ROWS, CPU_TOKENS)  # a CPU ignores memory: measured limits
+    # SmolLM2-135M's config, read as transformers gives it; each byte of one token counted by hand.
+    config = SimpleNamespace(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                             num_key_value_heads=3, vocab_size=49152)
+    shape = ModelShape.from_config(config, dtype_bytes=2)
+    assert (shape.kv_width, shape.n_layers) == (3 * 64, 30)
+    per_token = 30 * 2 * 192 * 2 + (4 * 576 + 3 * 1536) * 2 + 49152 * (2 + 8)
+    assert shape.token_bytes() == per_token
+    rows, tokens = auto_limits("cuda", free_bytes=8 * 2**30, shape=shape)
+    assert rows == GPU_ROWS and tokens == (4 * 2**30 // per_token) // 256 * 256  # half the free memory
+    assert tokens * per_token <= 4 * 2**30
+    # More free memory never gives a smaller budget; the budget stays within its range.
+    budgets = [auto_limits("cuda", free_bytes=f, shape=shape)[1] for f in (0, 2**20, 2**30, 2**34, 2**40, 2**50)]
+    assert budgets == sorted(budgets) and budgets[0] == 1024 and budgets[-1] == 2**20

@@ -230,3 +230,13 @@ def test_generation_batches_respect_the_token_budget_and_back_off_on_oom(tiny):
     backend._model = _GenerateSpy(tiny[0], limit=0)
     with pytest.raises(BackendError, match="out of memory"):
         backend.generate(requests[:1])
+
+
+def test_limits_chosen_for_the_device_unless_given(tiny):
+    from flasheval.engine.batching import CPU_ROWS, CPU_TOKENS
+
+    auto = _backend(tiny)
+    assert (auto.info.batch_size, auto.max_batch_tokens) == (CPU_ROWS, CPU_TOKENS)
+    assert (_backend(tiny, batch_size=4).info.batch_size, _backend(tiny, batch_size=4).max_batch_tokens) == (4, 4096)
+    assert (_backend(tiny, max_batch_tokens=100).info.batch_size, _backend(tiny, max_batch_tokens=100).max_batch_tokens) \
+        == (CPU_ROWS, 100)

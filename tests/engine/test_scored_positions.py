@@ -1,0 +1,99 @@
+"""Logits only where a token is scored: the same numbers as a plain full forward, and no logits for padding.
+
+The continuation pass keeps the logits of the columns up to the longest continuation (``logits_to_keep``),
+and only the scored positions are upcast and log-softmaxed; the unpadded pass keeps the continuation's
+columns. Checked on the tiny seeded Llama against an independent computation (one plain forward over
+``context + continuation``, every position's logits, a manual float32 log-softmax), against the path that
+computes every column (a model without ``logits_to_keep``), and by counting the rows the output layer sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from flasheval.engine.planning import Group, Item
+from flasheval.types import LoglikelihoodRequest
+from tests.engine.conftest import tiny_model_and_tokenizer
+
+torch = pytest.importorskip("torch")
+hf = pytest.importorskip("flasheval.engine.hf")
+hf_forward = pytest.importorskip("flasheval.engine.hf_forward")
+
+CONTEXTS = ["", "The sky is", "Which is larger, a cat or a horse?"]  # + continuation < 64 positions
+CHOICES = [" blue", " a", " the ocean floor at night", "!"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_model_and_tokenizer(seed=3)
+
+
+def _requests() -> list[LoglikelihoodRequest]:
+    return [LoglikelihoodRequest(task_name="t", example_id=str(e), choice_index=k, context=context, continuation=choice)
+            for e, context in enumerate(CONTEXTS) for k, choice in enumerate(CHOICES)]
+
+
+def _independent(model, tokenizer, request) -> float:
+    """One plain forward over context + continuation, all logits, float32 log-softmax by hand."""
+    context = tokenizer(request.context).input_ids or [tokenizer.bos_token_id]
+    continuation = tokenizer(request.continuation, add_special_tokens=False).input_ids
+    with torch.no_grad():
+        logits = model(torch.tensor([context + continuation])).logits[0].float()
+    logprobs = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    return sum(float(logprobs[len(context) - 1 + j, t]) for j, t in enumerate(continuation))
+
+
+class _CountRows:
+    """Records the positions the output layer computes logits for, per call."""
+
+    def __init__(self, model) -> None:
+        self.rows: list[int] = []
+        self.handle = model.lm_head.register_forward_hook(lambda _m, inputs, _o: self.rows.append(
+            inputs[0].shape[:-1].numel()))
+
+
+def test_scored_positions_equal_a_full_forward_and_the_all_logits_path(tiny):
+    model, tokenizer = tiny
+    requests = _requests()
+    backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=16)
+    assert backend._pass.keep_one == {"logits_to_keep": 1}
+    counter = _CountRows(model)
+    try:
+        scored = backend.loglikelihood(requests)
+    finally:
+        counter.handle.remove()
+    everything = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=16)
+    everything._pass = replace(everything._pass, keep_one={})  # a model without logits_to_keep: every column
+    full = everything.loglikelihood(requests)
+    for request, ours, theirs in zip(requests, scored, full):
+        assert ours.logprob_sum == pytest.approx(_independent(model, tokenizer, request), abs=1e-5)
+        assert ours.logprob_sum == pytest.approx(theirs.logprob_sum, abs=1e-6)
+        assert ours.is_greedy == theirs.is_greedy
+    # One pass of 3 contexts (one logit each), then 12 rows x the longest continuation (25 bytes), not x 32 padded.
+    # (Fewer than 16 positions would be widened to 16, for the matrix product's sake: not the case here.)
+    longest = max(len(c.encode()) for c in CHOICES)
+    assert counter.rows == [len(CONTEXTS), len(requests) * longest]
+
+
+def test_unpadded_pass_keeps_only_the_continuation_columns(tiny):
+    model, tokenizer = tiny
+    settings = hf_forward.pass_settings(model, pad_id=0)
+    context = tuple(tokenizer("Question: which is larger?").input_ids)
+    items = tuple(Item(index=k, context=context, continuation=tuple(tokenizer(c, add_special_tokens=False).input_ids))
+                  for k, c in enumerate(CHOICES))
+    counter = _CountRows(model)
+    try:
+        kept = hf_forward.forward_unpadded(model, Group(context=context, items=items), settings)
+    finally:
+        counter.handle.remove()
+    every = hf_forward.forward_unpadded(model, Group(context=context, items=items), replace(settings, keep_one={}))
+    # The continuation's columns, and at least 16 (the CPU matrix product's last bits change below 16 rows).
+    assert counter.rows == [min(len(context) + len(item.continuation) - 1, max(len(item.continuation), 16))
+                            for item in items]
+    for (item, ours, greedy), (_, theirs, their_greedy) in zip(kept, every):
+        request = LoglikelihoodRequest(task_name="t", example_id="0", choice_index=item.index,
+                                       context="Question: which is larger?", continuation=CHOICES[item.index])
+        assert ours == pytest.approx(_independent(model, tokenizer, request), abs=1e-5)
+        assert ours == pytest.approx(theirs, abs=1e-6) and greedy == their_greedy
