@@ -355,6 +355,19 @@ CASES = [
     ("33-import-empty-random-baselines", lambda t: [*_import(_parquet(t, "ok.parquet", _long())), "--random-baselines",
                                                     ""],
      r"^field '--random-baselines': empty path; name a JSON file"),
+    ("33-aggregate-suite-twice", lambda t: ["aggregate", "--suite", "gadre-17", "--suite", "gadre-17", "--scores",
+                                            str(t / "a.csv")],
+     r"^field '--suite': suite listed twice in \['gadre-17', 'gadre-17'\]$"),
+    ("33-evaluate-suite-twice", lambda t: ["evaluate", "--model", _model_dir(t), "--suite", "gadre-17", "--suite",
+                                           "gadre-17", "--task-dir", str(t), "--output", str(t / "e")],
+     r"^field '--suite': suite listed twice in \['gadre-17', 'gadre-17'\]$"),
+    *[(f"33-aggregate-{label}", lambda t, o=option, v=value: ["aggregate", "--suite", "gadre-17", "--scores",
+                                                               str(t / "a.csv"), o, v.replace("$T", str(t))], pattern)
+      for label, option, value, pattern in (
+          ("empty-output", "--output", "", r"^field '--output': empty path"),
+          ("output-folder", "--output", "$T", r"field '--output': is a folder; give the CSV's file name$"))],
+    ("33-aggregate-empty-scores", lambda t: ["aggregate", "--suite", "gadre-17", "--scores", ""],
+     r"^field '--scores': empty path"),
     *[(f"33-lm-eval-named-as-typed{option}", lambda t, o=option: ["lm-eval", "--model", _model_dir(t), "--tasks", "piqa",
                                                                   o, "-1"],
        rf"^field '{option}': must be an integer >= 0, got -1$")

@@ -141,7 +141,7 @@ def evaluate(
         owner = model_id or (target.partition("/")[2] or target if isinstance(resolved, ReplayModel) else target)
         check_replace(Path(output) / SUMMARY_FILE, kind="evaluate", model_id=owner, force=force)
     task_names = name_list(tasks, field="--tasks", what="task", allow_empty=tasks is None)
-    suite_list = name_list(suites, field="--suite", what="suite", allow_empty=True, unique=False)
+    suite_list = name_list(suites, field="--suite", what="suite", allow_empty=True)
     dtype = engine.dtype or "auto"
     check_compare_dtype(compare_dtype, dtype=dtype, kind="replay" if isinstance(resolved, ReplayModel) else
                         "in-memory" if isinstance(resolved, LoadedModel) else "spec",
