@@ -368,6 +368,10 @@ CASES = [
           ("output-folder", "--output", "$T", r"field '--output': is a folder; give the CSV's file name$"))],
     ("33-aggregate-empty-scores", lambda t: ["aggregate", "--suite", "gadre-17", "--scores", ""],
      r"^field '--scores': empty path"),
+    *[(f"33-build-lm-eval{option}", lambda t, o=option: (lambda m: [
+        "reference", "build", "--models", m, "b=" + m, "--engine", "lm-eval", "--tasks", "piqa", o, "-2", "--name", "b",
+        "--output-root", str(t)])(_model_dir(t)),
+       rf"^field '{option}': must be an integer >= 0, got -2$") for option in ("--fewshot_seed", "--num-fewshot")],
     *[(f"33-lm-eval-named-as-typed{option}", lambda t, o=option: ["lm-eval", "--model", _model_dir(t), "--tasks", "piqa",
                                                                   o, "-1"],
        rf"^field '{option}': must be an integer >= 0, got -1$")
