@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Sequence
 
 from flasheval.errors import InputError
 
 __all__ = ["DTYPES", "LOAD_DTYPES", "MAX_RESAMPLES", "check_dtype", "check_count", "check_seed", "check_n_examples",
            "check_name", "check_model_id", "check_output", "check_level", "check_positive", "check_n_resamples", "check_limit",
-           "name_list"]
+           "check_counts", "name_list"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 """Concrete dtypes: what a reference can pin and what ``--compare-dtype`` accepts."""
@@ -150,6 +151,30 @@ def check_limit(value: object, *, field: str = "--limit") -> None:
             or (value > 1 and value != int(value)):
         raise InputError(f"must be an integer >= 1 (examples per task) or a fraction in (0, 1], got {value!r}",
                          field=field)
+
+
+def check_counts(values: object, *, field: str, what: str, maximum: int | None = None,
+                 why: str = "") -> tuple[int, ...]:
+    """``values`` as a non-empty list of distinct integers >= 1 (at most ``maximum``, ``why`` its reason): sizes,
+    dataset counts; refused in one line naming ``field``, the value and what is allowed.
+
+    >>> check_counts([10, 20], field="--sizes", what="sizes")
+    (10, 20)
+    >>> check_counts([10, 10], field="--sizes", what="sizes")
+    Traceback (most recent call last):
+    ...
+    flasheval.errors.InputError: field '--sizes': 10 listed twice in [10, 10]
+    """
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise InputError(f"give a non-empty list of {what}, got {values!r}", field=field)
+    top = "" if maximum is None else f" and <= {maximum}{why}"
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 or (maximum is not None and v > maximum)
+           for v in values):
+        raise InputError(f"{what} must be integers >= 1{top}, got {str(list(values))[:80]}", field=field)
+    twice = sorted(v for v, n in Counter(values).items() if n > 1)
+    if twice:
+        raise InputError(f"{twice[0]} listed twice in {str(list(values))[:80]}", field=field)
+    return tuple(values)
 
 
 def name_list(value: object, *, field: str, what: str = "", allow_empty: bool = False,

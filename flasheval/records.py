@@ -48,8 +48,8 @@ class RunRecord:
     argv: tuple[str, ...]
     path: Path
     settings: dict[str, Any] | None = None
-    """The settings that decide the result (``place``, ``backtest``; ``None`` in older records): a record in a
-    folder is replaced only by a run with the same settings (:func:`check_replace`), or with ``force``."""
+    """The settings that decide the result (``place``, ``backtest``, ``dior``; ``None`` in older records): a record
+    in a folder is replaced only by a run with the same settings (:func:`check_replace`), or with ``force``."""
 
 
 def _json_safe(obj: Any) -> Any:

@@ -78,7 +78,7 @@ def _cases(folder, task_dir):
         (lambda: flasheval.aggregate(folder / "none.csv", suites="no-such-suite"),
          ["aggregate", "--suite", "no-such-suite", "--scores", str(folder / "none.csv")]),
         (lambda: flasheval.lm_eval(f"hf:{folder}", tasks="x", log_samples=True),
-         ["lm-eval", "--model", f"hf:{folder}", "--tasks", "x", "--log_samples"]),
+         ["lm-eval", "--model", f"hf:{folder}", "--tasks", "x", "--log-samples"]),
     ]
 
 
@@ -202,7 +202,7 @@ def test_import_dior_report_and_check_tasks_from_python(tmp_path, task_dir):
     reference = flasheval.load_reference(tmp_path / "refs" / "mine")
     with pytest.raises(flasheval.InputError, match=r"field '--decision': unknown decision 'exmaples'"):
         flasheval.dior(reference, decisions=["exmaples"])
-    decided = flasheval.dior(reference, decisions="examples", sizes=[10, 5, 10], n_instantiations=20,
+    decided = flasheval.dior(reference, decisions="examples", sizes=[10, 5], n_instantiations=20,
                              output=tmp_path / "run")
     assert [s.size for s in decided.report.examples] == [5, 10] and not decided.report.datasets
     assert decided.record_path == tmp_path / "run" / "dior.json"

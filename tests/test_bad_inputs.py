@@ -319,7 +319,76 @@ CASES = [
      r"^field 'simultaneous': the planned number of checkpoints must be a whole number >= 1, got 0$"),
     ("33-device-map-binary", lambda t: ["place", "--model", _model_dir(t), "--device-map", _binary(t)],
      r"models\.bin: field '--device-map': cannot read the device map \('utf-8' codec can't decode"),
+    # round 38: dior keeps its settings; ceilings; every empty path; names as typed
+    ("33-dior-other-seed", lambda t: _after([*_DIOR(t), "--output", str(t / "d")], "--seed", "1"),
+     r"d: field '--output': holds the dior record dior\.json written with seed 0, not 1; choose another --output, "
+     r"or --force"),
+    ("33-dior-dataset-counts-huge", lambda t: [*_DIOR(t, "datasets"), "--dataset-counts", "99999999999999999999"],
+     r"^field '--dataset-counts': dataset counts must be integers >= 1 and <= 1000000, got \[99999999999999999999\]$"),
+    ("33-backtest-method-twice", lambda t: ["backtest", "--reference", _reference(t), "--methods", "adaptive,adaptive"],
+     r"^field '--methods': method listed twice in \['adaptive', 'adaptive'\]$"),
+    ("33-backtest-method-unknown", lambda t: _backtest_then(t, "--methods", "bogus"),  # not a settings mismatch
+     r"^field '--methods': unknown backtest method 'bogus' \(allowed: adaptive, flash_helm, uniform, fluid\)$"),
+    ("33-intervals-resamples-huge", lambda t: ["reference", "show", _reference(t), "--intervals", "--n-resamples",
+                                               "99999999999"],
+     r"^field '--n-resamples': must be an integer from 100 to 100000 \(the ceiling keeps the bootstrap's memory"),
+    *[(f"33-scaling-{label}", lambda t, e=extra: ["scaling", "fit", "--runs", str(t / "runs.csv"), "--predict", "r1",
+                                                   *[a.replace("$T", str(t)) for a in e]], pattern)
+      for label, extra, pattern in (
+          ("seed", ["--seed", "-1"], r"^field '--seed': must be an integer >= 0, got -1$"),
+          ("output-folder", ["--output", "$T"], r"field '--output': is a folder; give the record's file name"),
+          ("plot-folder", ["--output", "$T/s.json", "--plot", "$T"], r"field '--plot': is a folder; give the PNG's"),
+          ("plot-not-png", ["--output", "$T/s.json", "--plot", "$T/fig"], r"^field '--plot': '.*fig' does not end "
+                                                                           r"in \.png"))],
+    ("33-scaling-predict-twice", lambda t: ["scaling", "fit", "--runs", str(t / "runs.csv"), "--predict", "r1", "r1"],
+     r"^field '--predict': run listed twice in \['r1', 'r1'\]$"),
+    ("33-watch-empty-dir", lambda t: ["watch", "", "--reference", "helm_lite", "--once"],
+     r"^field 'DIR': expected the folder the checkpoints are saved into, got ''$"),
+    ("33-watch-empty-run", lambda t: ["watch", str(t), "--reference", "helm_lite", "--once", "--run", ""],
+     r"^field 'run': expected a run folder \(str or Path\), got ''$"),
+    ("33-tasks-check-empty", lambda t: ["tasks", "check", ""], r"^field 'DIR': expected a task folder, got ''$"),
+    ("33-evaluate-empty-task-dir", lambda t: ["evaluate", "--model", _model_dir(t), "--tasks", "copa", "--task-dir", "",
+                                              "--output", str(t / "e")],
+     r"^field '--task-dir': empty path; name the folder of the task files$"),
+    ("33-place-empty-task-dir", lambda t: ["place", "--model", _model_dir(t), "--task-dir", ""],
+     r"^field '--task-dir': empty path; name a folder$"),
+    ("33-import-empty-random-baselines", lambda t: [*_import(_parquet(t, "ok.parquet", _long())), "--random-baselines",
+                                                    ""],
+     r"^field '--random-baselines': empty path; name a JSON file"),
+    ("33-aggregate-suite-twice", lambda t: ["aggregate", "--suite", "gadre-17", "--suite", "gadre-17", "--scores",
+                                            str(t / "a.csv")],
+     r"^field '--suite': suite listed twice in \['gadre-17', 'gadre-17'\]$"),
+    ("33-evaluate-suite-twice", lambda t: ["evaluate", "--model", _model_dir(t), "--suite", "gadre-17", "--suite",
+                                           "gadre-17", "--task-dir", str(t), "--output", str(t / "e")],
+     r"^field '--suite': suite listed twice in \['gadre-17', 'gadre-17'\]$"),
+    *[(f"33-aggregate-{label}", lambda t, o=option, v=value: ["aggregate", "--suite", "gadre-17", "--scores",
+                                                               str(t / "a.csv"), o, v.replace("$T", str(t))], pattern)
+      for label, option, value, pattern in (
+          ("empty-output", "--output", "", r"^field '--output': empty path"),
+          ("output-folder", "--output", "$T", r"field '--output': is a folder; give the CSV's file name$"))],
+    ("33-aggregate-empty-scores", lambda t: ["aggregate", "--suite", "gadre-17", "--scores", ""],
+     r"^field '--scores': empty path"),
+    *[(f"33-build-lm-eval{option}", lambda t, o=option: (lambda m: [
+        "reference", "build", "--models", m, "b=" + m, "--engine", "lm-eval", "--tasks", "piqa", o, "-2", "--name", "b",
+        "--output-root", str(t)])(_model_dir(t)),
+       rf"^field '{option}': must be an integer >= 0, got -2$") for option in ("--fewshot_seed", "--num-fewshot")],
+    *[(f"33-lm-eval-named-as-typed{option}", lambda t, o=option: ["lm-eval", "--model", _model_dir(t), "--tasks", "piqa",
+                                                                  o, "-1"],
+       rf"^field '{option}': must be an integer >= 0, got -1$")
+      for option in ("--fewshot_seed", "--fewshot-seed", "--num_fewshot", "--num-fewshot")],
 ]
+
+
+def _backtest_then(tmp_path: Path, *options: str) -> list[str]:
+    """A backtest record written, then a backtest into it with ``options`` instead of ``--methods adaptive``."""
+    argv = ["backtest", "--reference", _reference(tmp_path), "--output", str(tmp_path / "b.json")]
+    assert main([*argv, "--methods", "adaptive"]) == 0
+    return [*argv, *options]
+
+
+def _DIOR(tmp_path: Path, decision: str = "examples") -> list[str]:
+    """A quick dior run on the small reference (20 instantiations)."""
+    return ["dior", "--reference", _reference(tmp_path), "--decision", decision, "--n-instantiations", "20"]
 
 
 def _after(argv: list[str], *extra: str) -> list[str]:
@@ -505,7 +574,17 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     (["place", "--aggregate", "meen"], r"^flasheval place: error: argument --aggregate: invalid choice: 'meen'"),
     (["plac"], r"^flasheval: error: argument COMMAND: invalid choice: 'plac' \(choose from .*'place'"),
     (["place", "--modle", "x"], r"^flasheval: error: unrecognized arguments: --modle x"),
-], ids=["not-an-int", "unknown-choice", "unknown-command", "unknown-option"])
+    (["place", "--model", "replay:a", "--model=replay:b"], r"^flasheval place: error: argument --model: given twice "
+     r"\(--model 'replay:a', then --model 'replay:b'\); give it once \(see: flasheval place --help\)$"),
+    (["lm-eval", "--model", "m", "--tasks", "t", "--num-fewshot", "1", "--num_fewshot", "2"],
+     r"^flasheval lm-eval: error: argument --num_fewshot: given twice \(--num-fewshot 1, then --num_fewshot 2\)"),
+    (["dior", "--sizes", "10", "20", "--sizes", "30"], r"argument --sizes: given twice \(--sizes \[10, 20\], then "
+                                                        r"--sizes \[30\]\)"),
+    (["reference", "import", "x", "--format", "long-parquet", "--name", "a", "--name", "a"],
+     r"^flasheval reference import: error: argument --name: given twice"),
+    (["scaling", "fit", "--plot", "--plot", "a.png"], r"argument --plot: given twice"),
+], ids=["not-an-int", "unknown-choice", "unknown-command", "unknown-option", "model-twice", "both-spellings-twice",
+        "a-list-twice", "nested-command-twice", "optional-value-twice"])
 def test_a_malformed_command_line_gets_one_line_and_exit_code_2(argv, pattern, capsys):
     with pytest.raises(SystemExit) as info:
         main(argv)
@@ -514,9 +593,39 @@ def test_a_malformed_command_line_gets_one_line_and_exit_code_2(argv, pattern, c
     assert len(lines) == 1 and re.search(pattern, lines[0]), lines
 
 
-def test_default_run_folders_are_unique_per_model_and_settings_and_another_models_record_is_kept(tmp_path, monkeypatch, capsys):
+def test_repeatable_options_stay_repeatable():
+    from flasheval.cli import build_parser
+
+    args = build_parser().parse_args(["evaluate", "--model", "m", "--output", "o", "--suite", "a", "--suite", "b",
+                                      "--heldout", "x", "--heldout", "y", "-q", "-q"])
+    assert args.suite == ["a", "b"] and [str(h) for h in args.heldout] == ["x", "y"] and args.quiet
+
+
+def test_dior_keeps_its_settings_and_notes_what_it_clips(tmp_path, caplog, capsys):
+    """A dior rerun with the same settings replaces its record with a note, other settings need --force; sizes past
+    the largest dataset (30 examples) and a sweep's --low-rank past the pool are said in a note, not dropped."""
+    argv = [*_DIOR(tmp_path), "--sizes", "5", "99999999999", "--output", str(tmp_path / "d")]
+    with caplog.at_level(logging.WARNING, logger="flasheval"):
+        assert main(argv) == 0 and main(argv) == 0
+        assert main([*argv, "--seed", "3", "--force"]) == 0
+        assert main(["sweep", "--reference", str(tmp_path / "refs" / "mine"), "--models", "replay:m1",
+                     "--budget-examples", "100", "--low-rank", "99999", "--output", str(tmp_path / "s")]) == 0
+    notes = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert notes.count("note: --sizes 99999999999: past the largest dataset of mine (30 examples), tried as 30 "
+                       "(every dataset whole)") == 3, notes
+    assert sum(n.startswith("note: replacing the earlier record") for n in notes) == 2, notes
+    assert "note: --low-rank 99999 is past the 4 ranks a checkpoint can take against the 3 models of mine: racing " \
+           "is off" in notes, notes
+    record = json.loads((tmp_path / "d" / "dior.json").read_text())
+    assert record["settings"]["seed"] == 3 and record["settings"]["sizes"] == [5, 30]
+    assert [row["size"] for row in record["payload"]["examples"]] == [5, 30]
+
+
+def test_default_folders_are_unique_per_model_and_settings_and_another_models_record_is_kept(tmp_path, monkeypatch,
+                                                                                              capsys):
     """issue 33: ``org/m``, ``org-m`` and ``org m`` all slug to ``org-m``: each gets its own default folder (so does a
-    placement with another seed), and a run that would replace another model's (or another command's) record is refused without --force."""
+    placement with another seed), and a run that would replace another model's (or another command's) record is
+    refused without --force."""
     monkeypatch.chdir(tmp_path)
     frame = _long(n_models=5)
     frame["model"] = frame["model"].map({"m0": "org/m", "m1": "org-m", "m2": "org m", "m3": "x", "m4": "y"})

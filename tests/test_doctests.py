@@ -22,7 +22,7 @@ import flasheval
 EXAMPLES: dict[str, int] = {
     "flasheval.api.options": 2,
     "flasheval.api.rank_intervals": 3,
-    "flasheval.checks": 7,
+    "flasheval.checks": 9,
     "flasheval.data_paths": 1,
     "flasheval.engine.backoff": 1,
     "flasheval.engine.base": 5,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flasheval.checks import name_list
+from flasheval.checks import check_output, name_list
 from flasheval.errors import InputError
 from flasheval.records import atomic_write_text
 from flasheval.tasks import aggregate_table, load_suite, read_scores
@@ -49,10 +49,16 @@ def aggregate(scores: str | Path | Sequence[str | Path], *, suites: str | Sequen
 
     if baselines not in ("v1", "v2"):
         raise InputError(f"unknown baselines {baselines!r}", field="--baselines", allowed=("v1", "v2"))
-    loaded = [load_suite(name) for name in name_list(suites, field="--suite", what="suite", unique=False)]
-    paths = [Path(scores)] if isinstance(scores, (str, Path)) else [Path(p) for p in scores]
-    if not paths:
+    loaded = [load_suite(name) for name in name_list(suites, field="--suite", what="suite")]  # twice: columns clash
+    check_output(output)
+    if output is not None and Path(output).is_dir():
+        raise InputError("is a folder; give the CSV's file name", path=output, field="--output")
+    given = [scores] if isinstance(scores, (str, Path)) else list(scores)
+    if not given:
         raise InputError("give at least one scores file", field="--scores")
+    for path in given:
+        check_output(path, field="--scores")
+    paths = [Path(p) for p in given]
     id_column, blocks, sources = "", [], {}
     for path in paths:
         file_id_column, table = read_scores(path)

@@ -18,10 +18,10 @@ from typing import Any
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.api.resolve import resolve_plan, resolve_reference
 from flasheval.errors import InputError
-from flasheval.placement.backtest import (MAX_SEEDS, METHODS, BacktestResult, BacktestRow, SeedSummary, held_out_models,
+from flasheval.placement.backtest import (ALL_METHODS, MAX_SEEDS, METHODS, BacktestResult, BacktestRow, SeedSummary, held_out_models,
                                           summarize_seeds)
 from flasheval.placement.backtest import backtest as run_backtest
-from flasheval.checks import check_output, check_seed
+from flasheval.checks import check_output, check_seed, name_list
 from flasheval.records import prepare_output, write_record
 
 __all__ = ["BacktestRun", "backtest"]
@@ -122,6 +122,11 @@ def backtest(
         raise InputError(f"a seed listed twice in {list(seeds)[:20]!r}", field="--seeds")
     if isinstance(methods, str) or not methods:
         raise InputError(f"give a non-empty list of methods, got {methods!r}", field="--methods")
+    methods = name_list(list(methods) if isinstance(methods, Sequence) else methods, field="--methods",
+                        what="method")
+    unknown = [m for m in methods if m not in ALL_METHODS]
+    if unknown:
+        raise InputError(f"unknown backtest method {unknown[0]!r}", field="--methods", allowed=ALL_METHODS)
     report = Reporter(progress)
     ref = resolve_reference(reference, missing=missing)
     if held_out is not None:

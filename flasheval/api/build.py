@@ -228,6 +228,8 @@ def _lmeval_setup(models: Sequence[NamedModel], tasks: Any, *, include_path: Any
     names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks or ()) if t.strip()]
     if not names:
         raise InputError("name the lm-eval tasks to score (comma-separated)", field="--tasks")
+    check_seed(fewshot_seed, field="--fewshot-seed")  # as lm_eval checks them; the CLI names them as typed
+    check_seed(num_fewshot, field="--num-fewshot")  # a count >= 0, as a seed is
     check_model_files(models)
     require_lm_eval()
     include = str(Path(include_path).resolve()) if include_path else None

@@ -135,14 +135,13 @@ def evaluate(
     check_output(store, field="--store")
     if model_id is not None and (not isinstance(model_id, str) or not model_id.strip()):
         raise InputError(f"expected a non-empty name, got {model_id!r}", field="--model-id")
-    if model_id is not None:
-        check_model_id(model_id)
+    model_id = None if model_id is None else check_model_id(model_id)
     if output is not None:
         target = resolved.model_id
         owner = model_id or (target.partition("/")[2] or target if isinstance(resolved, ReplayModel) else target)
         check_replace(Path(output) / SUMMARY_FILE, kind="evaluate", model_id=owner, force=force)
     task_names = name_list(tasks, field="--tasks", what="task", allow_empty=tasks is None)
-    suite_list = name_list(suites, field="--suite", what="suite", allow_empty=True, unique=False)
+    suite_list = name_list(suites, field="--suite", what="suite", allow_empty=True)
     dtype = engine.dtype or "auto"
     check_compare_dtype(compare_dtype, dtype=dtype, kind="replay" if isinstance(resolved, ReplayModel) else
                         "in-memory" if isinstance(resolved, LoadedModel) else "spec",
@@ -161,8 +160,9 @@ def evaluate(
         if fixed:
             raise InputError("an in-memory model runs as it is (its dtype, device and length)",
                              field="--" + fixed[0].replace("_", "-"))
-    if task_dir is None and (task_names or suite_list):
-        raise InputError("required for hf: and gguf: models", field="--task-dir")
+    if (task_dir is None or not str(task_dir).strip()) and (task_names or suite_list):  # "": never the working folder
+        raise InputError("required for hf: and gguf: models" if task_dir is None else "empty path; name the folder of "
+                         "the task files", field="--task-dir")
     # Validate the tasks and held-out files (cheap) before loading the model (slow).
     plan = TaskPlan(suites=(), task_names=())
     if task_names or suite_list or not heldout:

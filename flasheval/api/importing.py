@@ -48,6 +48,8 @@ def import_reference(
         ``force`` to overwrite); see ``docs/`` and ``flasheval reference import --help``.
     """
     if isinstance(random_baselines, (str, Path)):
+        if not str(random_baselines).strip():
+            raise InputError("empty path; name a JSON file of {dataset: chance score}", field="--random-baselines")
         try:
             random_baselines = json.loads(Path(random_baselines).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:  # unreadable, not JSON, not UTF-8 text

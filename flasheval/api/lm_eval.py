@@ -84,14 +84,14 @@ def lm_eval(
     from flasheval.lmeval import require_lm_eval
 
     check_limit(limit)
-    check_seed(fewshot_seed, field="--fewshot_seed")
-    check_seed(num_fewshot, field="--num_fewshot")  # a count >= 0, as a seed is
-    check_output(output_path, field="--output_path")
+    check_seed(fewshot_seed, field="--fewshot-seed")  # flasheval's spellings; the CLI names an option as typed
+    check_seed(num_fewshot, field="--num-fewshot")  # a count >= 0, as a seed is
+    check_output(output_path, field="--output-path")
     check_output(store, field="--store")
     require_lm_eval()
     engine = engine_options(engine)
     if log_samples and not output_path:
-        raise InputError("--log_samples needs --output_path (where lm-eval writes the samples)", field="--log_samples")
+        raise InputError("--log-samples needs --output-path (where lm-eval writes the samples)", field="--log-samples")
     names = name_list(tasks, field="--tasks", what="task", unique=False)
     dtype = check_dtype(engine.dtype or "float32", allowed=LOAD_DTYPES)
     named = parse_named_models([model], field="--model")[0] if isinstance(model, str) else None

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from flasheval.api.resolve import resolve_reference
+from flasheval.checks import check_n_resamples
 from flasheval.errors import InputError
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.reference.intervals import RankIntervals, reference_rank_intervals
@@ -22,12 +23,14 @@ __all__ = ["rank_intervals", "RankIntervals"]
 
 
 def _check(confidence_level: Any, n_resamples: Any, rng: Any) -> None:
-    """Refuse, in one line naming the option, a level outside ``[0.5, 1)``, fewer than 100 resamples, a bad seed."""
+    """Refuse, in one line naming the option, a level outside ``[0.5, 1)``, resamples outside [100,
+    :data:`~flasheval.checks.MAX_RESAMPLES`], a bad seed."""
     if isinstance(confidence_level, bool) or not isinstance(confidence_level, (int, float)) \
             or not (math.isfinite(confidence_level) and 0.5 <= confidence_level < 1):
         raise InputError(f"must be in [0.5, 1), got {confidence_level!r}", field="--level")
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 100:
         raise InputError(f"need at least 100 resamples for a tail quantile, got {n_resamples!r}", field="--n-resamples")
+    check_n_resamples(n_resamples, field="--n-resamples")  # and at most MAX_RESAMPLES
     if rng is not None and not isinstance(rng, np.random.Generator) and (
             isinstance(rng, bool) or not isinstance(rng, int) or rng < 0):
         raise InputError(f"must be an integer >= 0 or a numpy Generator, got {rng!r}", field="--seed")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flasheval.checks import check_output, name_list
+from flasheval.checks import check_output, check_seed, name_list
 from flasheval.errors import InputError
 from flasheval.records import write_record
 from flasheval.scaling.fit import ScalingFitOptions, parse_predict_target, scaling_fit_payload
@@ -70,6 +70,15 @@ def fit_scaling(
     (``True``: beside ``output``; a path: there).
     """
     check_output(output)
+    check_seed(seed)
+    for option, path, what in (("--output", output, "record's file name (e.g. scaling.json)"),
+                               ("--plot", None if isinstance(plot, bool) else plot, "PNG's file name")):
+        if path is not None and Path(path).is_dir():
+            raise InputError(f"is a folder; give the {what}", path=path, field=option)
+    if not isinstance(plot, bool):
+        check_output(plot, field="--plot")
+        if Path(plot).suffix.lower() != ".png":
+            raise InputError(f"{str(plot)!r} does not end in .png (the figure is a PNG)", field="--plot")
     for option, value in (("--loss-column", loss_column), ("--error-column", error_column),
                           ("--fit-column", fit_column), ("--error-fit-column", error_fit_column),
                           ("--dataset", dataset)):
@@ -78,7 +87,7 @@ def fit_scaling(
     if not isinstance(error, bool):
         raise InputError(f"expected true or false, got {error!r}", field="error")
     paths = [runs] if isinstance(runs, (str, Path)) else list(runs)
-    targets = [parse_predict_target(t) for t in name_list(predict, field="--predict", what="run", unique=False)]
+    targets = [parse_predict_target(t) for t in name_list(predict, field="--predict", what="run")]
     if plot and output is None and plot is True:
         raise InputError("a plot beside the record needs output=", field="--plot")
     table = read_runs_files(paths)

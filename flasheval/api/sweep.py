@@ -9,6 +9,7 @@ every score goes through the run folder's results store, so rerunning after a cr
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
@@ -37,6 +38,8 @@ from flasheval.placement.sweep_record import build_payload, separate_placements,
 from flasheval.records import check_replace, prepare_output, write_record
 
 __all__ = ["SweepRun", "sweep", "spread_checkpoints"]
+
+logger = logging.getLogger(__name__)
 
 
 def spread_checkpoints(reference: Any, n: int, *, datasets: Sequence[str] | None = None,
@@ -214,7 +217,8 @@ def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any,
             run.sync()
             reporter(round_, n_active, n_examples)
 
-        result = run_sweep(pool, scorers, plan, budget=budget, seed=seed, aggregate=aggregate, low_rank=low_rank,
+        result = run_sweep(pool, scorers, plan, budget=budget, seed=seed, aggregate=aggregate,
+                           low_rank=_racing(low_rank, pool),
                            n_parameters=n_params, on_round=on_round)
         result = replace(result, truth=truth_ranks(full, pool, model_ids, aggregate))
         separate = separate_placements(full, pool, model_ids, plan, seed=seed, aggregate=aggregate)
@@ -222,6 +226,17 @@ def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any,
         path = write_record(folder / RECORD_FILE, kind="sweep", payload=payload)
     return SweepRun(result=result, separate_examples=separate, record=payload, record_path=path,
                     n_stored=run.n_stored)
+
+
+def _racing(low_rank: int | None, pool: Any) -> int | None:
+    """``low_rank`` as the sweep uses it: a checkpoint ranks from 1 to ``pool.n_models + 1``, so a rank past those
+    turns racing off (docs/sweep.md), said in a note, and is passed as the first rank past the pool."""
+    past = pool.n_models + 2
+    if low_rank is None or low_rank <= past:
+        return low_rank
+    logger.warning("note: --low-rank %d is past the %d ranks a checkpoint can take against the %d models of %s: "
+                   "racing is off", low_rank, past - 1, pool.n_models, pool.name)
+    return past
 
 
 def _round_reporter(report: Reporter) -> Any:
@@ -269,7 +284,8 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
             checkpoints = stack.enter_context(CheckpointPool(models, folder, opener, max_loaded=max_loaded))
             scorers = {m: run.scorer(m, s) for m, s in checkpoints.scorers.items()}
             result = run_sweep(pool, scorers, plan, budget=budget, seed=setup.seed, aggregate=aggregate,
-                               low_rank=low_rank, n_parameters=n_params, on_round=_round_reporter(report))
+                               low_rank=_racing(low_rank, pool), n_parameters=n_params,
+                               on_round=_round_reporter(report))
         payload = build_payload(result, full, pool, aggregate)
         payload["live"] = {"engine": setup.engine, "dtype": setup.dtype, **setup.record_settings(),
                            "max_loaded": max_loaded, "world_size": 1 if state is None else state.num_processes,

@@ -41,6 +41,8 @@ def check_tasks(task_dir: str | Path, *, suite: str | None = None) -> tuple[Task
 
     A file that cannot be read is reported (``status`` ``error``), not raised: every task is checked.
     """
+    if not isinstance(task_dir, (str, Path)) or not str(task_dir).strip():
+        raise InputError(f"expected a task folder, got {task_dir!r}", field="DIR")
     names = task_names() if suite is None else load_suite(suite).task_names
     folder = Path(task_dir)
     if not folder.is_dir():

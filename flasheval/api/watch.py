@@ -121,6 +121,8 @@ def watch(directory: str | Path, *, reference: Any, run: str | Path | None = Non
         raise InputError("the watcher places from one process (its own device, device_map for a model larger than "
                          "one GPU); run one watcher per spare machine, not one per process of a group",
                          field="distributed", allowed=["main"])
+    if not isinstance(directory, (str, Path)) or not str(directory).strip():
+        raise InputError(f"expected the folder the checkpoints are saved into, got {directory!r}", field="DIR")
     folder = Path(directory)
     if not folder.is_dir():
         raise InputError("no such folder of checkpoints", path=folder, field="DIR")

@@ -6,7 +6,9 @@ sets ``func=run`` (``run(args) -> int`` returns the exit code) and ``runs_models
 scores models: under ``accelerate launch`` / ``torchrun`` it then runs on every process with
 ``distributed="all"`` (``args.distributed``; :mod:`flasheval.cli.launch`). Nothing in the package imports
 the CLI. Every :class:`~flasheval.errors.FlashevalError` becomes ``flasheval: error: MESSAGE``
-on stderr and exit code 1, never a traceback.
+on stderr and exit code 1, never a traceback, naming an option spelled two ways (``--fewshot_seed``,
+``--fewshot-seed``) as the user typed it. An option that takes a value given twice is a malformed command line
+(exit code 2, one line), as argparse's own errors are; repeatable options (``action="append"``) stay repeatable.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from flasheval.cli.launch import launch
 from flasheval.version import __version__
@@ -32,9 +35,51 @@ _COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+_TYPED = "_flasheval_typed"
+"""The namespace attribute where the options' actions record each option given: ``dest -> (the spelling typed,
+every spelling)``; :func:`main` takes it off the namespace and names options in errors as typed."""
+
+
+def _record(action: argparse.Action, namespace: argparse.Namespace, option_string: str | None) -> None:
+    if option_string is not None:
+        namespace.__dict__.setdefault(_TYPED, {})[action.dest] = (option_string, tuple(action.option_strings))
+
+
+class _StoreOnce(argparse._StoreAction):
+    """argparse's ``store`` (every option that takes a value and is not ``append``), given at most once: a second
+    ``--model`` (under any of its spellings) would silently keep the last value, so it is refused in one line."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        typed = getattr(namespace, _TYPED, {})
+        if option_string is not None and self.dest in typed:
+            first, value = typed[self.dest][0], getattr(namespace, self.dest, None)
+            parser.error(f"argument {option_string}: given twice ({first} {value!r}, then {option_string} "
+                         f"{values!r}); give it once")
+        _record(self, namespace, option_string)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _StoreTrue(argparse._StoreTrueAction):
+    """argparse's ``store_true``, the spelling typed recorded (a flag given twice is harmless)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        _record(self, namespace, option_string)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser with a malformed command line reported in one line (exit code 2), like every other
-    error, instead of the whole usage block; the subcommands' parsers are of this class too."""
+    error, instead of the whole usage block, and every value-taking option given at most once (:class:`_StoreOnce`,
+    registered as the ``store`` action, so argument groups get it too); the subcommands' parsers are of this class
+    too (argparse makes subparsers of the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+        self.register("action", "store_true", _StoreTrue)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
@@ -85,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    typed = vars(args).pop(_TYPED, {})
     _configure_logging(args.verbose)
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
@@ -94,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if quiet:
         os.environ.update({key: before[key] or value for key, value in _QUIET_ENV.items()})
     try:
-        return _run(args)
+        return _run(args, typed)
     finally:
         if quiet:  # as it was: main() may be called in-process, by a test or a notebook
             for key, value in before.items():
@@ -111,8 +157,19 @@ def _is_terminal(stream: object) -> bool:
         return False
 
 
-def _run(args: argparse.Namespace) -> int:
-    """Call the subcommand; every error it raises becomes one line."""
+def _as_typed(message: str, typed: dict[str, tuple[str, tuple[str, ...]]]) -> str:
+    """``message`` with each option the user typed under one of its other spellings named as typed: the API names
+    ``fewshot_seed`` ``--fewshot-seed`` (flasheval's spelling), a user of lm-eval's ``--fewshot_seed`` reads that."""
+    for spelling, every in typed.values():
+        for other in every:
+            if other != spelling:
+                message = re.sub(rf"(?<![\w-]){re.escape(other)}(?![\w-])", spelling, message)
+    return message
+
+
+def _run(args: argparse.Namespace, typed: dict[str, tuple[str, tuple[str, ...]]]) -> int:
+    """Call the subcommand; every error it raises becomes one line (options named as ``typed``: dest -> (the
+    spelling typed, every spelling))."""
     try:
         with launch(enabled=getattr(args, "runs_models", False)) as distributed:  # "all" under accelerate / torchrun
             args.distributed = distributed
@@ -120,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.flush()  # lines still buffered meet a closed pipe here, not at exit
         return code
     except FlashevalError as exc:
-        print(f"flasheval: error: {exc}", file=sys.stderr)
+        print(f"flasheval: error: {_as_typed(str(exc), typed)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("flasheval: interrupted; finished results are kept and a rerun resumes", file=sys.stderr)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from flasheval.api.aggregate import aggregate
 from flasheval.tasks import suite_names
@@ -20,14 +19,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "MMLU (accuracy) or Gadre's mean top-1 error.")
     parser.add_argument("--suite", required=True, action="append",
                         help=f"suite name, repeatable ({', '.join(suite_names())})")
-    parser.add_argument("--scores", required=True, type=Path, nargs="+", metavar="FILE",
+    parser.add_argument("--scores", required=True, nargs="+", metavar="FILE",
                         help="CSV (.gz allowed): a model id column and one column of accuracies (0-1) per task label; "
                              "or flasheval evaluate records (summary.json), one model each; several files are stacked")
     parser.add_argument("--baselines", default="v2", choices=("v1", "v2"),
                         help="DCLM random-baseline version for centering (default v2, as the published results)")
     parser.add_argument("--partial", action="store_true",
                         help="aggregate models that lack some suite tasks over the tasks they have, labelled partial")
-    parser.add_argument("--output", type=Path, help="write the CSV here instead of standard output")
+    parser.add_argument("--output", help="write the CSV here instead of standard output")
     parser.set_defaults(func=run)
 
 

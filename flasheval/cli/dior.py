@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-from flasheval.api.dior import dior
+from flasheval.api.dior import MAX_DATASET_COUNT, dior
 from flasheval.placement.dior import DEFAULT_SIZES, DiorReport
+from flasheval.records import default_run_folder
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.dior import DECISIONS
 from flasheval.stats.ranking import AGGREGATES
@@ -20,16 +20,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--reference", default="helm_lite", help="reference name or folder (default: %(default)s)")
     parser.add_argument("--decision", nargs="+", choices=DECISIONS, default=list(DECISIONS),
                         help="decisions to instantiate (default: all three)")
-    parser.add_argument("--sizes", nargs="+", type=int, default=list(DEFAULT_SIZES),
-                        help="examples per dataset for the examples decision (default: %(default)s)")
+    parser.add_argument("--sizes", nargs="+", type=int,
+                        help="examples per dataset for the examples decision; sizes past the largest dataset are tried "
+                        f"as its size (default: {' '.join(map(str, DEFAULT_SIZES))}, up to the largest dataset)")
     parser.add_argument("--dataset-counts", nargs="+", type=int,
-                        help="datasets drawn with replacement for the datasets decision (default: all of them)")
+                        help="datasets drawn with replacement for the datasets decision, each from 1 to "
+                        f"{MAX_DATASET_COUNT:,} (default: as many as the reference has)")
     parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")
     parser.add_argument("--n-instantiations", type=int, default=1000)
     parser.add_argument("--confidence-level", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", help="output folder (default: runs/dior-<reference>/)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a record in the output folder that another command, or other settings, wrote")
     parser.set_defaults(func=run)
 
 
@@ -79,11 +83,11 @@ def format_report(report: DiorReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     reference = load_reference(args.reference, missing=args.missing)
-    out = Path(args.output or Path("runs") / f"dior-{reference.name}")
+    out = args.output if args.output is not None else default_run_folder("dior", reference.name)
     start = time.perf_counter()
     outcome = dior(reference, decisions=args.decision, sizes=args.sizes, dataset_counts=args.dataset_counts,
                    aggregate=args.aggregate, n_instantiations=args.n_instantiations,
-                   confidence_level=args.confidence_level, seed=args.seed, output=out)
+                   confidence_level=args.confidence_level, seed=args.seed, output=out, force=args.force)
     print(format_report(outcome.report))
     print(f"  {time.perf_counter() - start:.0f} s; record: {outcome.record_path}")
     return 0

@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, metavar="SPEC", help="hf:PATH_OR_ID[@REVISION], gguf:FILE or replay:REFERENCE/MODEL")
     parser.add_argument("--model-id", metavar="NAME",
                         help="the model's id in the record, for scaling fit / aggregate (default: the file or folder name)")
-    parser.add_argument("--task-dir", type=Path, metavar="DIR", help="task data, e.g. ../shared/data/tasks (not for replay:)")
+    parser.add_argument("--task-dir", metavar="DIR", help="task data, e.g. ../shared/data/tasks (not for replay:)")
     parser.add_argument("--tasks", metavar="T1,T2", help="comma-separated task names (with --suite: a subset of the suites)")
     parser.add_argument("--suite", action="append", default=[], metavar="SUITE",
                         help=f"score every task of a suite and report its aggregate, repeatable ({', '.join(suite_names())})")

@@ -124,7 +124,7 @@ def _import(args: argparse.Namespace) -> int:
     imported = import_reference(
         args.source_path, format=args.format, name=args.name, output_dir=args.output_dir, suite=args.suite,
         metric=args.metric, source=args.source, licence=args.licence, metric_description=args.metric_description,
-        higher_is_better=not args.lower_is_better, aggregate=args.aggregate, random_baselines=args.random_baselines or None,
+        higher_is_better=not args.lower_is_better, aggregate=args.aggregate, random_baselines=args.random_baselines,
         include_path=args.include_path, notes=args.notes, force=args.force)
     for line in _import_summary(imported, lm_eval=args.format == "lm-eval-samples"):
         print(line)

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("list", help="tasks with type, shots, baselines, categories and suites")
     listing.add_argument("--suite", help=f"only this suite's tasks ({', '.join(suite_names())})")
     check = actions.add_parser("check", help="validate every task file found in DIR and count its examples")
-    check.add_argument("task_dir", metavar="DIR", type=Path,
+    check.add_argument("task_dir", metavar="DIR",
                        help="a task directory (local_data/, reconstructed/, gpqa/) or an llm-foundry local_data dir")
     check.add_argument("--suite", help="only this suite's tasks")
     parser.set_defaults(func=run)
@@ -54,7 +54,7 @@ def _list(suite: str | None) -> int:
     return 0
 
 
-def _check(task_dir: Path, suite: str | None) -> int:
+def _check(task_dir: str, suite: str | None) -> int:
     rows = check_tasks(task_dir, suite=suite)
     print(f"{'task':34} {'examples':>8} {'categories':>10}  file")
     for row in rows:

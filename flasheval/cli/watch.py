@@ -49,9 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run) if args.run else Path(args.directory) / DEFAULT_RUN_DIR
+    run_dir = Path(args.run) if args.run is not None else Path(args.directory) / DEFAULT_RUN_DIR
     try:
-        history = watch(args.directory, reference=args.reference, run=run_dir, once=args.once, poll_seconds=args.poll,
+        history = watch(args.directory, reference=args.reference, run=args.run, once=args.once, poll_seconds=args.poll,
                         settle_seconds=args.settle, plan=args.tiers, simultaneous=args.simultaneous, seed=args.seed,
                         aggregate=args.aggregate, missing=args.missing,
                         budget=budget_from(args.max_examples, args.max_tokens, args.max_flops),

@@ -74,6 +74,9 @@ class LiveOptions:
         if self.batch_size is not None:
             check_count(self.batch_size, field="--batch-size")
         check_seed(self.seed)
+        for option, path in (("--task-dir", self.task_dir), ("--include-path", self.include_path)):
+            if path is not None and not str(path).strip():
+                raise InputError("empty path; name a folder", field=option)
         if self.dtype is not None:
             check_dtype(self.dtype)
         if self.num_fewshot is not None and (not isinstance(self.num_fewshot, int) or self.num_fewshot < 0):

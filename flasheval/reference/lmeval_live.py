@@ -63,7 +63,7 @@ def prepare_lmeval_live(reference: ReferenceLeaderboard, *, include_path: str | 
         pinned = settings.tasks[name].num_fewshot
         if num_fewshot is not None and num_fewshot != pinned:
             raise InputError(f"reference {reference.name!r} scored {name} {pinned}-shot; placing it {num_fewshot}-shot "
-                             "would not be paired (omit --num_fewshot)", field="--num_fewshot")
+                             "would not be paired (omit --num-fewshot)", field="--num-fewshot")
     include = include_path or settings.include_path or None
     used = LmEvalSettings(tasks={n: settings.tasks[n] for n in reference.dataset_names},
                           lm_eval_version=settings.lm_eval_version, include_path=settings.include_path,

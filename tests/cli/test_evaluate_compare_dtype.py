@@ -100,8 +100,8 @@ def test_command_prints_the_table(peaky_model, task_dir, tmp_path, capsys):
 ])
 def test_refused_in_one_line(peaky_model, task_dir, tmp_path, capsys, model, options, message):
     spec = f"hf:{peaky_model}" if model == "hf" else model
-    argv = ["evaluate", "--model", spec, "--output", str(tmp_path / "out"), "--compare-dtype", "float32",
-            "--device", "cpu", *options]
+    compare = [] if "--compare-dtype" in options else ["--compare-dtype", "float32"]  # an option is given once
+    argv = ["evaluate", "--model", spec, "--output", str(tmp_path / "out"), *compare, "--device", "cpu", *options]
     if model == "hf":
         argv += ["--task-dir", str(task_dir), "--tasks", "copa", "--n-examples", "2"]
     assert main(argv) == 1

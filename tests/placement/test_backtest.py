@@ -134,8 +134,9 @@ def test_place_cli_refuses_bad_options_in_one_line_and_writes_a_record(synthetic
     assert main(["place", "--reference", str(folder), "--model", "replay:m003", "--seed", "3"]) == 0
     printed = capsys.readouterr().out
     assert "stage 1/19 (20/dataset)" in printed and "m003 on syn (9 reference models" in printed
-    record = read_record(tmp_path / "runs" / "place-syn-m003" / "place.json")
-    assert record.kind == "place" and record.payload["model_id"] == "m003"
+    (path,) = (tmp_path / "runs").glob("place-syn-m003-*/place.json")  # --seed 3: the settings' own folder
+    record = read_record(path)
+    assert record.kind == "place" and record.payload["model_id"] == "m003" and record.settings["seed"] == 3
     assert main(["place", "--reference", str(folder), "--model", "hf:gpt2"]) == 1
     assert "was not built by 'flasheval reference build'" in capsys.readouterr().err  # live specs need a built reference
 
