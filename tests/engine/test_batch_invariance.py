@@ -88,11 +88,12 @@ def test_long_requests_need_the_kernel_block_as_multiple(tiny_peaky):
 
 
 @pytest.mark.slow
-def test_smollm2_in_bf16_is_batch_invariant_within_a_hundredth_of_a_nat(smollm_path):
-    """The real SmolLM2-135M GGUF in bf16, natural prompts under 512 tokens: within 1e-2 nats (measured: 0)."""
+def test_smollm2_in_bf16_is_batch_invariant_within_a_hundredth_of_a_nat(smollm_hf):
+    """The real SmolLM2-135M in bf16, natural prompts under 512 tokens: within 1e-2 nats (measured: 0). Its
+    converted float32 folder loaded in bf16: the same weights as the GGUF's own bf16 load, without a second parse."""
     from flasheval.engine.hf_loading import load_hf_backend
 
-    backend = load_hf_backend(str(smollm_path.parent), gguf_file=smollm_path.name, dtype="bfloat16", device="cpu")
+    backend = load_hf_backend(str(smollm_hf), dtype="bfloat16", device="cpu")
     contexts = {
         "The capital of France is": [" Paris", " London", " a big city"],
         "Once upon a time, in a land far away, there lived a king who had three daughters. The youngest":
