@@ -67,7 +67,8 @@ def lm_eval(
         The results store (default ``OUTPUT_PATH/store``, else ``runs/lm-eval-MODEL/store``).
     engine
         How the model runs (:class:`~flasheval.api.options.EngineOptions`; dtype default ``float32``,
-        device ``auto``, batch size 32, ``max_length`` default the model config's).
+        device ``auto``, batches sized for the device (``engine.batching.auto_limits``), ``max_length`` default
+        the model config's).
     progress_bar
         A bar on stderr per forward batch: ``None`` shows it when stderr is a terminal, ``True``/``False``.
     distributed
