@@ -138,7 +138,13 @@ def _base(args: argparse.Namespace) -> tuple[Any, Any]:
     from flasheval.engine.hf_loading import load_planned, plan_hf_load
 
     gguf = MODELS_DIR / f"{NOISY_BASE}.gguf"
-    backend = load_planned(plan_hf_load(str(gguf.parent), gguf_file=gguf.name, dtype=args.dtype, device=args.device))
+    plan = plan_hf_load(str(gguf.parent), gguf_file=gguf.name, dtype=args.dtype, device=args.device)
+    if plan.converted is None:  # a model loaded from the GGUF file itself is marked quantised: transformers
+        load_planned(plan)  # will not save it. This first load writes the GGUF cache's converted folder,
+        plan = plan_hf_load(str(gguf.parent), gguf_file=gguf.name, dtype=args.dtype, device=args.device)
+    if plan.converted is None:
+        raise SystemExit("seconds_saved: error: the noisy copies need the GGUF cache (unset FLASHEVAL_GGUF_CACHE=off)")
+    backend = load_planned(plan)  # read from the converted folder: a plain model that saves
     return backend.model, backend.tokenizer
 
 

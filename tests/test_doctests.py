@@ -29,7 +29,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.engine.batching": 7,
     "flasheval.engine.device_map": 9,
     "flasheval.engine.fingerprint": 7,
-    "flasheval.engine.hf_forward": 1,
+    "flasheval.engine.hf_forward": 2,
     "flasheval.engine.hf_generation": 2,
     "flasheval.engine.in_memory": 7,
     "flasheval.engine.journal": 5,

@@ -39,7 +39,7 @@ from typing import Any
 from flasheval.engine.backoff import Limits, run_with_backoff
 from flasheval.engine.base import BackendInfo, OnResults
 from flasheval.engine.batching import ModelShape, auto_limits, default_token_budget
-from flasheval.engine.hf_forward import Scored, forward_shared, forward_unpadded, pass_settings
+from flasheval.engine.hf_forward import Scored, forward_packed, forward_shared, forward_unpadded, pass_settings
 from flasheval.engine.hf_generation import generate_batch, generation_batches
 from flasheval.engine.planning import (
     Group,
@@ -48,6 +48,7 @@ from flasheval.engine.planning import (
     encode_context,
     encode_continuation,
     group_items,
+    group_unit,
     pack_groups,
     prefix_space,
     request_items,
@@ -206,7 +207,13 @@ class HFBackend:
         groups = group_items(items, max_length=self.max_length, share_context=self._share_context)
         if self._unpadded:
             return [[group] for group in groups]
-        return pack_groups(groups, max_rows=self._limits.max_rows, max_tokens=self._limits.max_tokens)
+        return pack_groups(groups, max_rows=self._limits.max_rows, max_tokens=self._limits.max_tokens,
+                           packed=self._packed)
+
+    @property
+    def _packed(self) -> int | None:
+        """The pad width when a group's choices run packed in one row (:func:`forward_packed`), else ``None``."""
+        return self._pass.pad_multiple if self._pass.packed else None
 
     def plan_batches(self, requests: Sequence[LoglikelihoodRequest]) -> list[tuple[int, ...]]:
         """Request indices of each forward batch, in the order they run (longest first).
@@ -313,7 +320,7 @@ class HFBackend:
     def _score_items(self, items: Sequence[Item], finish: Callable[[list[Scored]], None]) -> None:
         """Score the planned batches of ``items`` in order, handing each batch's results to ``finish``."""
         for batch in self._batches(items):
-            finish(run_with_backoff(batch, self._forward, self._limits, size=lambda g: (g.rows, g.length),
+            finish(run_with_backoff(batch, self._forward, self._limits, size=lambda g: group_unit(g, self._packed),
                                     split=Group.halves))
 
     def _forward(self, groups: Sequence[Group]) -> list[Scored]:
@@ -323,7 +330,7 @@ class HFBackend:
             if self._unpadded:
                 scored = forward_unpadded(self._model, groups[0], self._pass)
             else:
-                scored = forward_shared(self._model, list(groups), self._pass)
+                scored = (forward_packed if self._pass.packed else forward_shared)(self._model, list(groups), self._pass)
         finally:  # a pass that ran out of memory still took the time
             self.forward_seconds += time.perf_counter() - start
         self.forward_tokens += sum(len(g.context) + sum(len(i.continuation) for i in g.items) for g in groups)

@@ -19,6 +19,7 @@ from flasheval.types import LoglikelihoodRequest
 __all__ = [
     "Item",
     "Group",
+    "group_unit",
     "encode_context",
     "encode_continuation",
     "prefix_space",
@@ -159,9 +160,31 @@ def group_items(items: Sequence[Item], *, max_length: int, share_context: bool) 
     return groups
 
 
-def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int) -> list[list[Group]]:
-    """Consecutive groups packed into batches under the row limit and token budget; a group is never split."""
-    units = [(group.rows, group.length) for group in groups]
+def group_unit(group: Group, packed: int | None = None) -> tuple[int, int]:
+    """``(rows, padded length)`` of ``group`` for the batch limits.
+
+    One row per choice, as long as the context and the longest choice; or, ``packed`` (the pad width of
+    :func:`~flasheval.engine.hf_forward.forward_packed`, which runs a group's choices packed in one row),
+    one row as long as the longer of its context and its choices' segments (each ``len - 1`` tokens
+    rounded up to ``packed``).
+
+    Examples
+    --------
+    >>> g = Group(context=(1, 2, 3), items=tuple(Item(index=i, context=(1, 2, 3), continuation=(5,) * 20)
+    ...                                         for i in range(4)))
+    >>> group_unit(g), group_unit(g, packed=16)
+    ((4, 23), (1, 128))
+    """
+    if packed is None:
+        return group.rows, group.length
+    return 1, max(len(group.context), sum(-(-(len(item.continuation) - 1) // packed) * packed for item in group.items))
+
+
+def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int,
+                packed: int | None = None) -> list[list[Group]]:
+    """Consecutive groups packed into batches under the row limit and token budget (each group's
+    :func:`group_unit`); a group is never split."""
+    units = [group_unit(group, packed) for group in groups]
     return [[groups[i] for i in batch] for batch in pack_batches(units, max_rows=max_rows, max_tokens=max_tokens)]
 
 

@@ -1,5 +1,6 @@
 """Shared-context, padded batches equal one unpadded forward pass per request, on every causal-LM
-family the engine shares contexts for, sliding windows and local/global hybrids included.
+family the engine shares contexts for, sliding windows and local/global hybrids included (those run
+one row per choice; families without windows run each group's choices packed in one row).
 
 Tiny random models are built from each family's transformers config with a sliding window of 8
 tokens; prompts run several windows long and every batch mixes lengths. The reference is the
@@ -92,8 +93,13 @@ def test_padded_batches_equal_one_unpadded_pass_per_request(family, share_contex
         assert config.sliding_window == WINDOW
         assert "sliding_attention" in (getattr(config, "layer_types", None) or ["sliding_attention"])
     requests = _requests()
-    backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=7, share_context=share_context)
+    # Families without sliding windows run a group's choices packed in one row (hf_forward.forward_packed):
+    # a row per context there, so fewer rows per batch for the batches to mix lengths all the same.
+    packed = share_context and family in ("llama", "gemma")
+    backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=2 if packed else 7,
+                           share_context=share_context)
     assert backend.shares_context is share_context
+    assert backend._pass.packed is (family in ("llama", "gemma"))
     plan = backend.plan_batches(requests)
     assert len(plan) > 2 and any(len({requests[i].context for i in batch}) > 1 for batch in plan)  # mixed lengths
     results = backend.loglikelihood(requests)

@@ -111,15 +111,26 @@ class _OutOfMemoryOnce:
         return getattr(self.model, name)
 
 
-def test_out_of_memory_halves_the_batch_and_keeps_results(tiny):
+def _layout(backend: hf.HFBackend, packed: bool) -> hf.HFBackend:
+    """The backend with its choices packed in one row per group (the default here) or one row per choice."""
+    from dataclasses import replace
+
+    assert backend._pass.packed  # the tiny Llama packs by default
+    backend._pass = replace(backend._pass, packed=packed)
+    return backend
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_out_of_memory_halves_the_batch_and_keeps_results(tiny, packed):
     requests = _requests()
     expected = _backend(tiny, batch_size=32).loglikelihood(requests)
-    backend = _backend(tiny, batch_size=32)
-    faulty = _OutOfMemoryOnce(tiny[0], limit=5)
+    backend = _layout(_backend(tiny, batch_size=32), packed)
+    limit = 2 if packed else 5  # rows per pass: the 5 contexts packed, the 20 choices in rows of their own
+    faulty = _OutOfMemoryOnce(tiny[0], limit=limit)
     backend._model = faulty
     results = backend.loglikelihood(requests)
     assert faulty.raised >= 1
-    assert backend.info.batch_size <= 5
+    assert backend.info.batch_size <= limit
     assert [r.logprob_sum for r in results] == pytest.approx([r.logprob_sum for r in expected], abs=1e-5)
     backend._model = _OutOfMemoryOnce(tiny[0], limit=0)
     with pytest.raises(BackendError, match="out of memory"):
@@ -171,22 +182,33 @@ def test_generation_is_greedy_and_cut_at_stop_sequence(tiny):
     assert cut.text == plain[0].text[:2]
 
 
-def _padded_tokens(requests, batch, tokenizer) -> int:
-    """Rows x padded length of a planned batch, recomputed from the requests (independent of the planner)."""
-    lengths = [len(tokenizer(requests[i].context).input_ids or [0]) + len(tokenizer(requests[i].continuation).input_ids)
-               for i in batch]
-    return len(batch) * max(lengths)
+def _padded_tokens(requests, batch, tokenizer, packed: bool) -> int:
+    """Rows x padded length of a planned batch, recomputed from the requests (independent of the planner).
+
+    A row per choice: context + continuation. Packed: a row per context, as long as the context or, if
+    longer, its choices' inputs (all tokens but the last) each rounded up to 16."""
+    def n(text: str, **kw) -> int:
+        return len(tokenizer(text, **kw).input_ids)
+
+    if not packed:
+        return len(batch) * max((n(requests[i].context) or 1) + n(requests[i].continuation) for i in batch)
+    contexts = {requests[i].context for i in batch}
+    widths = [max(n(c) or 1, sum(-(-(n(requests[i].continuation, add_special_tokens=False) - 1) // 16) * 16
+                                 for i in batch if requests[i].context == c)) for c in contexts]
+    return len(contexts) * max(widths)
 
 
-def test_token_budget_bounds_every_batch_and_keeps_results(tiny):
+@pytest.mark.parametrize("packed", [True, False])
+def test_token_budget_bounds_every_batch_and_keeps_results(tiny, packed):
     requests = _requests()
     roomy = _backend(tiny, batch_size=32).loglikelihood(requests)
-    budget = 4 * 50  # one 4-choice group of the longest sequences (35 context + 15 continuation bytes)
-    backend = _backend(tiny, batch_size=32, max_batch_tokens=budget)
+    # one 4-choice group of the longest sequences (35 context + 15 continuation bytes); packed: 2 such contexts
+    budget = 4 * 50 if not packed else 2 * 48
+    backend = _layout(_backend(tiny, batch_size=32, max_batch_tokens=budget), packed)
     plan = backend.plan_batches(requests)
     assert len(plan) > 1 and any(len({requests[i].example_id for i in batch}) > 1 for batch in plan)
     for batch in plan:  # a group is never split, so only a group over the budget by itself may exceed it
-        assert _padded_tokens(requests, batch, tiny[1]) <= budget
+        assert _padded_tokens(requests, batch, tiny[1], packed) <= budget
     assert sorted(i for batch in plan for i in batch) == list(range(len(requests)))
     results = backend.loglikelihood(requests)
     assert [r.logprob_sum for r in results] == pytest.approx([r.logprob_sum for r in roomy], abs=1e-5)

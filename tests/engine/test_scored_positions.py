@@ -71,10 +71,14 @@ def test_scored_positions_equal_a_full_forward_and_the_all_logits_path(tiny):
         assert ours.logprob_sum == pytest.approx(_independent(model, tokenizer, request), abs=1e-5)
         assert ours.logprob_sum == pytest.approx(theirs.logprob_sum, abs=1e-6)
         assert ours.is_greedy == theirs.is_greedy
-    # One pass of 3 contexts (one logit each), then 12 rows x the longest continuation (25 bytes), not x 32 padded.
-    # (Fewer than 16 positions would be widened to 16, for the matrix product's sake: not the case here.)
-    longest = max(len(c.encode()) for c in CHOICES)
-    assert counter.rows == [len(CONTEXTS), len(requests) * longest]
+    # Packed (hf_forward.forward_packed): one pass of the 3 whole contexts keeping their last 6 columns (the last
+    # predicts each choice's first token; 3 x 6 >= the 16 positions a matrix product needs for its rows' last
+    # bits), then one row per context keeping only the columns that hold a choice's input: every byte of a
+    # choice but its last (4 + 1 + 24 + 0), not the padding between the segments (16 + 16 + 32) nor a
+    # choice's last byte.
+    assert backend._pass.packed
+    assert counter.rows == [len(CONTEXTS) * -(-16 // len(CONTEXTS)), len(CONTEXTS) * sum(len(c.encode()) - 1
+                                                                                         for c in CHOICES)]
 
 
 def test_unpadded_pass_keeps_only_the_continuation_columns(tiny):
@@ -97,3 +101,33 @@ def test_unpadded_pass_keeps_only_the_continuation_columns(tiny):
                                        context="Question: which is larger?", continuation=CHOICES[item.index])
         assert ours == pytest.approx(_independent(model, tokenizer, request), abs=1e-5)
         assert ours == pytest.approx(theirs, abs=1e-6) and greedy == their_greedy
+
+
+def test_single_token_choices_run_the_context_pass_only(tiny):
+    """Choices of one token each (ARC's letters, say): the whole context's last column predicts them all, so
+    the packed layout runs one pass, whose output layer sees the last 16 columns (the matrix product's rows)."""
+    model, tokenizer = tiny
+    requests = [LoglikelihoodRequest(task_name="t", example_id="0", choice_index=k, context="Answer: the letter",
+                                     continuation=letter) for k, letter in enumerate(" ABCD")]
+    backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=16)
+    assert backend._pass.packed
+    counter = _CountRows(model)
+    try:
+        scored = backend.loglikelihood(requests)
+    finally:
+        counter.handle.remove()
+    assert counter.rows == [16]
+    for request, result in zip(requests, scored):
+        assert result.logprob_sum == pytest.approx(_independent(model, tokenizer, request), abs=1e-5)
+        assert result.n_tokens == 1
+
+
+def test_packed_choices_under_eager_attention_equal_a_full_forward():
+    """Eager attention adds the mask to the scores: the packed pass gives it an additive float mask, not a boolean."""
+    model, tokenizer = tiny_model_and_tokenizer(seed=3)
+    model.config._attn_implementation = "eager"  # this test's own model
+    backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=16)
+    assert backend._pass.packed
+    requests = _requests()
+    for request, result in zip(requests, backend.loglikelihood(requests)):
+        assert result.logprob_sum == pytest.approx(_independent(model, tokenizer, request), abs=1e-5)
