@@ -47,7 +47,8 @@ def backend_for_test():
     from flasheval.engine.hf import HFBackend
 
     model, tokenizer = tiny_model_and_tokenizer(seed=2)
-    return HFBackend(model, tokenizer, fingerprint="tiny-2", batch_size=4)
+    # 2 rows: the 7 examples (a packed group is one row) make 4 batches, so each of 2 processes has 2 rounds
+    return HFBackend(model, tokenizer, fingerprint="tiny-2", batch_size=2)
 
 
 def _free_port() -> int:

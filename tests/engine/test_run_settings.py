@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from flasheval.engine.base import SCORING_VERSION
 from flasheval.engine.fingerprint import RunSettings, model_fingerprint, path_digest
 from flasheval.engine.loading import behind_store, open_model
 from flasheval.engine.specs import parse_named_models
@@ -73,10 +74,10 @@ def test_an_in_memory_model_is_keyed_by_its_attention_implementation():
     assert eager.info.previous_fingerprint is None and sdpa.info.previous_fingerprint is None
 
 
-def _previous_release_key(folder: Path) -> str:
-    """The fingerprint the previous release gave this model (its formula, verbatim): no run settings."""
+def _previous_release_key(folder: Path, scoring_version: str = SCORING_VERSION) -> str:
+    """The fingerprint the release before run settings gave this model (its formula, verbatim)."""
     return stable_hash({"source": "local", "content": path_digest(folder), "revision": None, "dtype": "float32",
-                        "max_length": 64, "scoring_version": "3"})
+                        "max_length": 64, "scoring_version": scoring_version})
 
 
 def test_a_store_of_the_previous_release_is_adopted_once_then_kept_to_its_settings(tiny_folder, tmp_path,
@@ -100,6 +101,18 @@ def test_a_store_of_the_previous_release_is_adopted_once_then_kept_to_its_settin
     assert computed == len(REQUESTS) and max(other) < 0  # computed, not the adopted (impossible) results
     monkeypatch.undo()
     assert _score(tiny_folder, tmp_path)[:2] == ([m.logprob_sum for m in marked], 0)  # the adopting settings keep them
+
+
+def test_a_store_of_an_older_scoring_version_is_not_adopted(tiny_folder, tmp_path):
+    """Version 3's results (one row per choice) differ from version 4's in the last bits: computed again."""
+    old_key = _previous_release_key(tiny_folder, scoring_version=str(int(SCORING_VERSION) - 1))
+    marked = [LoglikelihoodResult(task_name=r.task_name, example_id=r.example_id, choice_index=r.choice_index,
+                                  logprob_sum=7.0, n_tokens=2, is_greedy=False) for r in REQUESTS]
+    with ResultStore(tmp_path, fingerprint=old_key) as store:
+        store.put_many([(r.key, result) for r, result in zip(REQUESTS, marked)])
+    served, computed, _ = _score(tiny_folder, tmp_path)
+    assert computed == len(REQUESTS) and max(served) < 0
+    assert shard_path(tmp_path, old_key).exists()  # left where it was, not renamed as adopted
 
 
 def test_lm_evals_convention_key_carries_the_previous_key_as_the_previous_release_combined_it():
