@@ -31,6 +31,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.engine.fingerprint": 7,
     "flasheval.engine.hf_forward": 2,
     "flasheval.engine.hf_generation": 2,
+    "flasheval.engine.hf_loading": 1,
     "flasheval.engine.in_memory": 7,
     "flasheval.engine.journal": 5,
     "flasheval.engine.lockstep": 2,

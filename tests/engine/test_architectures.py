@@ -132,6 +132,12 @@ def test_real_gemma3_long_prompts_equal_unpadded_passes(gemma3_backend, task_dir
 
     model, tokenizer = gemma3_backend._model, gemma3_backend._tokenizer
     assert model.config.sliding_window == 512 and "full_attention" in model.config.layer_types
+    # loaded with the tokenizer class named (hf_loading.load_tokenizer): the ids and vocabulary that
+    # AutoTokenizer.from_pretrained(folder, gguf_file=...) gives without it (transformers 5.24, 3 Dec 2026)
+    assert type(tokenizer).__name__ == "GemmaTokenizer" and len(tokenizer) == 262144
+    assert tokenizer("The capital of France is Paris.").input_ids == [2, 818, 5279, 529, 7001, 563, 9079, 236761]
+    assert tokenizer(" \u00fcn\u00efcode \u2713 123\n\n  <start_of_turn>x").input_ids == [
+        2, 174898, 238527, 3970, 71201, 236743, 236770, 236778, 236800, 108, 138, 105, 236781]
     selection = select_examples(["hellaswag"], task_dir, n_examples=12, seed=1234)[0]
     by_id = task_requests(selection, seed=1234, prefix_space=gemma3_backend.info.prefix_space)
     lengths = {i: len(tokenizer(rs[0].context).input_ids) for i, rs in by_id.items()}
