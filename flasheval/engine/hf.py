@@ -208,7 +208,7 @@ class HFBackend:
         if self._unpadded:
             return [[group] for group in groups]
         return pack_groups(groups, max_rows=self._limits.max_rows, max_tokens=self._limits.max_tokens,
-                           packed=self._packed)
+                           packed=self._packed, pad_multiple=self._pass.pad_multiple)
 
     @property
     def _packed(self) -> int | None:

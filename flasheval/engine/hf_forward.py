@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flasheval.engine.planning import Group, Item
+from flasheval.engine.planning import Group, Item, padded_width
 from flasheval.errors import BackendError
 
 __all__ = ["Scored", "PassSettings", "PAD_MULTIPLE", "padded_width", "pass_settings", "keep_columns", "score_logits",
@@ -59,23 +59,6 @@ MIN_LOGIT_ROWS = 16
 """Positions a pass keeps logits for at the least (more columns than the scored ones when a pass scores fewer):
 the CPU's float32 matrix product gives a row other last bits when it has fewer than 16 rows (SmolLM2's output
 layer: 3e-6 per logit, 1.5e-5 nats per choice), and a request's sums must not depend on its companions."""
-
-
-def padded_width(n_tokens: int, multiple: int) -> int:
-    """``n_tokens`` rounded up to a multiple of ``multiple``: the width of a padded batch.
-
-    Left padding shifts a row's real tokens by the padding; kernels that reduce over keys in blocks
-    or vector lanes counted from column 0 (CPU attention: 16-wide lanes) then add them up in another
-    order, and reduced precision turns the last-bit difference into a visible one (bf16 SmolLM2: up to
-    0.2 nats per choice). With widths rounded to a multiple, a row's padding is the same modulo it
-    whatever the batch, so its sums do not depend on its companions (``docs/engine.md``, "Numerics").
-
-    Examples
-    --------
-    >>> padded_width(17, 16), padded_width(32, 16), padded_width(0, 16), padded_width(5, 1)
-    (32, 32, 0, 5)
-    """
-    return -(-n_tokens // multiple) * multiple
 
 
 def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = 16) -> PassSettings:
@@ -327,11 +310,17 @@ def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> l
         if n_query > 0:
             past = getattr(out, "cache", None)
             past = out.past_key_values if past is None else past
-            logits, at = _segment_pass(model, groups, segments, n_query, past, prefix_mask, lengths, settings)
+            # Pass 2 runs only the groups that have a choice of two or more tokens (their rows of the cache).
+            active = [g for g, width in enumerate(widths) if width]
+            row = {g: r for r, g in enumerate(active)}
+            if len(active) < len(groups):
+                past.reorder_cache(torch.tensor(active, device=device))
+            logits, at = _segment_pass(model, [(row[g], item, column) for g, item, column in segments if g in row],
+                                       n_query, past, prefix_mask[active], [lengths[g] for g in active], settings)
             where: tuple[list[int], list[int]] = ([], [])
             for s, (g, item, column) in enumerate(segments):
                 n = len(item.continuation) - 1
-                where[0].extend([g] * n)
+                where[0].extend([row.get(g, 0)] * n)
                 where[1].extend(at[column + j] for j in range(n))
                 targets.extend(item.continuation[1:])
                 owners.extend([s] * n)
@@ -340,9 +329,10 @@ def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> l
     return [(item, sums[s], greedy[s]) for s, (_, item, _) in enumerate(segments)]
 
 
-def _segment_pass(model: Any, groups: list[Group], segments: list[tuple[int, Item, int]], n_query: int, past: Any,
-                  prefix_mask: Any, lengths: list[int], settings: PassSettings) -> tuple[Any, dict[int, int]]:
-    """Pass 2 of :func:`forward_packed`: the logits ``[groups, kept columns, vocab]`` and ``{column: its index}``."""
+def _segment_pass(model: Any, segments: list[tuple[int, Item, int]], n_query: int, past: Any, prefix_mask: Any,
+                  lengths: list[int], settings: PassSettings) -> tuple[Any, dict[int, int]]:
+    """Pass 2 of :func:`forward_packed` over the rows of ``prefix_mask`` (``segments`` name their row): the logits
+    ``[rows, kept columns, vocab]`` and ``{column: its index}``."""
     import torch
 
     n_groups, n_prefix = prefix_mask.shape

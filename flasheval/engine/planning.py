@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flasheval.engine.batching import pack_batches
+from flasheval.engine.batching import PASS_OVERHEAD_SHARE, pack_least_cost
 from flasheval.errors import BackendError
 from flasheval.types import LoglikelihoodRequest
 
@@ -20,6 +20,8 @@ __all__ = [
     "Item",
     "Group",
     "group_unit",
+    "group_passes",
+    "padded_width",
     "encode_context",
     "encode_continuation",
     "prefix_space",
@@ -177,15 +179,65 @@ def group_unit(group: Group, packed: int | None = None) -> tuple[int, int]:
     """
     if packed is None:
         return group.rows, group.length
-    return 1, max(len(group.context), sum(-(-(len(item.continuation) - 1) // packed) * packed for item in group.items))
+    return 1, max(len(group.context), sum(padded_width(len(item.continuation) - 1, packed) for item in group.items))
 
 
-def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int,
-                packed: int | None = None) -> list[list[Group]]:
-    """Consecutive groups packed into batches under the row limit and token budget (each group's
-    :func:`group_unit`); a group is never split."""
-    units = [group_unit(group, packed) for group in groups]
-    return [[groups[i] for i in batch] for batch in pack_batches(units, max_rows=max_rows, max_tokens=max_tokens)]
+def group_passes(group: Group, *, pad_multiple: int, packed: bool) -> list[tuple[int, int]]:
+    """``(rows, padded width)`` of ``group`` in each of the two forward passes that score it.
+
+    Packed (:func:`~flasheval.engine.hf_forward.forward_packed`): the whole context in one row, then one row of
+    its choices' segments (each ``len - 1`` tokens rounded up), none when every choice is one token. Shared
+    (:func:`~flasheval.engine.hf_forward.forward_shared`): the context less its last token in one row (none when
+    that is empty), then one row per choice of ``1 + len`` tokens.
+
+    Examples
+    --------
+    >>> g = Group(context=(1, 2, 3), items=(Item(index=0, context=(1, 2, 3), continuation=(5,)),
+    ...                                     Item(index=1, context=(1, 2, 3), continuation=(5, 6, 7))))
+    >>> group_passes(g, pad_multiple=16, packed=True), group_passes(g, pad_multiple=16, packed=False)
+    ([(1, 16), (1, 16)], [(1, 16), (2, 16)])
+    """
+    if packed:
+        width = sum(padded_width(len(item.continuation) - 1, pad_multiple) for item in group.items)
+        return [(1, padded_width(len(group.context), pad_multiple)), (1 if width else 0, width)]
+    prefix = len(group.context) - 1
+    return [(1 if prefix else 0, padded_width(prefix, pad_multiple)),
+            (group.rows, padded_width(1 + max(len(item.continuation) for item in group.items), pad_multiple))]
+
+
+def padded_width(n_tokens: int, multiple: int) -> int:
+    """``n_tokens`` rounded up to a multiple of ``multiple``: the width of a padded batch.
+
+    Left padding shifts a row's real tokens by the padding; kernels that reduce over keys in blocks
+    or vector lanes counted from column 0 (CPU attention: 16-wide lanes) then add them up in another
+    order, and reduced precision turns the last-bit difference into a visible one (bf16 SmolLM2: up to
+    0.2 nats per choice). With widths rounded to a multiple, a row's padding is the same modulo it
+    whatever the batch, so its sums do not depend on its companions (``docs/engine.md``, "Numerics").
+
+    Examples
+    --------
+    >>> padded_width(17, 16), padded_width(32, 16), padded_width(0, 16), padded_width(5, 1)
+    (32, 32, 0, 5)
+    """
+    return -(-n_tokens // multiple) * multiple
+
+
+def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, packed: int | None = None,
+                pad_multiple: int = 1) -> list[list[Group]]:
+    """Groups packed into batches under the row limit and token budget (each group's :func:`group_unit`) at the
+    least padded cost (:func:`~flasheval.engine.batching.pack_least_cost` over :func:`group_passes`); a group is
+    never split.
+
+    Groups run in order of their padded context width, longest first, then of their second pass's width: a
+    batch's context pass pads to a multiple of ``pad_multiple`` anyway, and within one width the groups whose
+    choices are short run together instead of padding to a long-choice companion."""
+    width = packed or pad_multiple
+    passes = [group_passes(g, pad_multiple=width, packed=packed is not None) for g in groups]
+    order = sorted(range(len(groups)), key=lambda k: (-passes[k][0][1], -passes[k][1][1], k))
+    units = [group_unit(groups[k], packed) for k in order]
+    batches = pack_least_cost(units, [passes[k] for k in order], max_rows=max_rows, max_tokens=max_tokens,
+                              overhead=max_tokens // PASS_OVERHEAD_SHARE)
+    return [[groups[order[i]] for i in batch] for batch in batches]
 
 
 def batch_indices(batches: Sequence[Sequence[Group]]) -> list[tuple[int, ...]]:

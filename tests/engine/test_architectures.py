@@ -145,6 +145,7 @@ def test_real_gemma3_long_prompts_equal_unpadded_passes(gemma3_backend, task_dir
     chosen = sorted((i for i in by_id if lengths[i] > 512), key=lengths.get)[:2]
     assert len(chosen) == 2 and len({lengths[i] for i in chosen}) == 2  # mixed lengths: the batch is padded
     requests = [r for i in chosen for r in by_id[i]]
+    assert len(gemma3_backend.plan_batches(requests)) == 1  # one batch: the shorter context padded to the longer
     results = gemma3_backend.loglikelihood(requests)
     worst = 0.0
     for request, result in zip(requests, results):

@@ -52,3 +52,46 @@ def test_auto_limits_cpu_measured_and_gpu_from_free_memory():
     # More free memory never gives a smaller budget; the budget stays within its range.
     budgets = [auto_limits("cuda", free_bytes=f, shape=shape)[1] for f in (0, 2**20, 2**30, 2**34, 2**40, 2**50)]
     assert budgets == sorted(budgets) and budgets[0] == 1024 and budgets[-1] == 2**20
+
+
+def _cost(batch, passes, overhead):
+    total = 0
+    for k in range(len(passes[batch[0]])):
+        rows = sum(passes[i][k][0] for i in batch)
+        if rows:
+            total += overhead + rows * max(passes[i][k][1] for i in batch if passes[i][k][0])
+    return total
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_least_cost_packing_is_the_cheapest_cut_within_the_limits_by_enumeration(seed):
+    """Every way of cutting up to 10 units into consecutive batches, enumerated: none within the limits is cheaper."""
+    import itertools
+
+    from flasheval.engine.batching import pack_least_cost
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 11))
+    units = [(int(rng.integers(1, 4)), int(rng.integers(1, 300))) for _ in range(n)]
+    passes = [[(1, u[1]), (int(rng.integers(0, 2)) * u[0], int(rng.integers(1, 100)))] for u in units]
+    max_rows, max_tokens, overhead = int(rng.integers(2, 12)), int(rng.integers(200, 2000)), int(rng.integers(0, 200))
+    batches = pack_least_cost(units, passes, max_rows=max_rows, max_tokens=max_tokens, overhead=overhead)
+    assert [i for batch in batches for i in batch] == list(range(n))
+
+    def allowed(batch):
+        rows = sum(units[i][0] for i in batch)
+        return len(batch) == 1 or (rows <= max_rows and rows * max(units[i][1] for i in batch) <= max_tokens)
+
+    assert all(allowed(b) for b in batches)
+    cheapest = None
+    for cuts in itertools.product((False, True), repeat=n - 1):
+        split, start = [], 0
+        for k, c in enumerate(cuts, 1):
+            if c:
+                split.append(tuple(range(start, k)))
+                start = k
+        split.append(tuple(range(start, n)))
+        if all(allowed(b) for b in split):
+            cost = sum(_cost(b, passes, overhead) for b in split)
+            cheapest = cost if cheapest is None else min(cheapest, cost)
+    assert sum(_cost(b, passes, overhead) for b in batches) == cheapest
