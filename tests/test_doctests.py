@@ -26,7 +26,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.data_paths": 1,
     "flasheval.engine.backoff": 1,
     "flasheval.engine.base": 5,
-    "flasheval.engine.batching": 10,
+    "flasheval.engine.batching": 11,
     "flasheval.engine.device_map": 9,
     "flasheval.engine.fingerprint": 7,
     "flasheval.engine.hf_forward": 1,

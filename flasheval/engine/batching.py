@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["TOKENS_PER_ROW", "CPU_ROWS", "CPU_TOKENS", "GPU_ROWS", "GPU_MEMORY_SHARE", "ModelShape", "auto_limits",
-           "default_token_budget", "pack_batches", "PASS_OVERHEAD_SHARE", "pack_least_cost"]
+           "default_token_budget", "pack_batches", "PASS_OVERHEAD_SHARE", "PASS_OVERHEAD_FLOP",
+           "pass_overhead", "pack_least_cost"]
 
 TOKENS_PER_ROW = 1024
 """Default token budget per row of ``batch_size``: a budget of ``batch_size * 1024`` tokens keeps
@@ -75,10 +76,27 @@ class ModelShape:
 
 
 PASS_OVERHEAD_SHARE = 64
-"""A forward pass's fixed cost, as padded tokens: the token budget / this. On 2 CPU cores SmolLM2-135M's context
-passes took 0.19 s + 2.5 ms per padded token (11 batches of 176-4,464 tokens, a linear fit): about 77 tokens, and
-4,096 / 64 = 64. The least-cost packing (:func:`pack_least_cost`) then cuts a batch where padding every further row
-to the batch's widest would cost more than a pass; a larger budget (a GPU's) means a dearer pass, so fuller batches."""
+"""A forward pass's fixed cost is at least the token budget / this, in padded tokens (:func:`pass_overhead`). On 2 CPU
+cores SmolLM2-135M's context passes took 0.19 s + 2.5 ms per padded token (11 batches of 176-4,464 tokens, a linear
+fit): about 77 tokens, and 4,096 / 64 = 64. A larger budget (a GPU's) means a dearer pass, so fuller batches."""
+
+PASS_OVERHEAD_FLOP = 16 * 10**9
+"""A forward pass's fixed cost (dispatching every layer, reading the weights) as floating-point work of the model's own
+tokens at 2 x parameters per token: SmolLM2-135M's fits gave 40-77 tokens (synthetic passes of 16-4,096 tokens on a pool
+model; one placement's context passes), 1.1e10-2.1e10; this is their middle. A small model pays the same fixed cost
+for far cheaper tokens: a 1M-parameter model's pass costs 8,000 of them, and its batches fill as greedily as before."""
+
+
+def pass_overhead(max_tokens: int, n_parameters: int) -> int:
+    """A forward pass's fixed cost in padded tokens, for :func:`pack_least_cost`: the larger of the budget's share
+    (:data:`PASS_OVERHEAD_SHARE`) and the model's tokens worth :data:`PASS_OVERHEAD_FLOP`.
+
+    Examples
+    --------
+    >>> pass_overhead(4096, 134_515_008), pass_overhead(4096, 1_000_000), pass_overhead(41984, 8_030_261_248)
+    (64, 8000, 656)
+    """
+    return max(max_tokens // PASS_OVERHEAD_SHARE, -(-PASS_OVERHEAD_FLOP // max(1, 2 * n_parameters)))
 
 
 def auto_limits(device_kind: str, *, free_bytes: int | None = None, shape: ModelShape | None = None) -> tuple[int, int]:
@@ -189,7 +207,7 @@ def pack_least_cost(units: Sequence[tuple[int, int]], passes: Sequence[Sequence[
         Per unit, ``(rows, width)`` in each forward pass a batch runs (same number of passes for every unit;
         ``rows`` 0: the unit has nothing in that pass, which a batch then skips when none of its units has).
     overhead
-        A pass's fixed cost in padded tokens (:data:`PASS_OVERHEAD_SHARE`).
+        A pass's fixed cost in padded tokens (:func:`pass_overhead`).
 
     Examples
     --------

@@ -38,7 +38,7 @@ from typing import Any
 
 from flasheval.engine.backoff import Limits, run_with_backoff
 from flasheval.engine.base import BackendInfo, OnResults
-from flasheval.engine.batching import ModelShape, auto_limits, default_token_budget
+from flasheval.engine.batching import ModelShape, auto_limits, default_token_budget, pass_overhead
 from flasheval.engine.hf_forward import Scored, forward_packed, forward_shared, forward_unpadded, pass_settings
 from flasheval.engine.hf_generation import generate_batch, generation_batches
 from flasheval.engine.planning import (
@@ -208,7 +208,8 @@ class HFBackend:
         if self._unpadded:
             return [[group] for group in groups]
         return pack_groups(groups, max_rows=self._limits.max_rows, max_tokens=self._limits.max_tokens,
-                           packed=self._packed, pad_multiple=self._pass.pad_multiple)
+                           packed=self._packed, pad_multiple=self._pass.pad_multiple,
+                           overhead=pass_overhead(self._limits.max_tokens, self._n_parameters))
 
     @property
     def _packed(self) -> int | None:
