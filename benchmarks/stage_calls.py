@@ -66,7 +66,7 @@ def run(model, tokenizer, calls, packer: str) -> dict:
 
     least_cost = planning.pack_groups
 
-    def greedy(groups, *, max_rows, max_tokens, packed=None, pad_multiple=1, overhead=None):
+    def greedy(groups, *, max_rows, max_tokens, overhead, packed=None, pad_multiple=1):
         units = [planning.group_unit(g, packed) for g in groups]
         return [[groups[i] for i in b] for b in pack_batches(units, max_rows=max_rows, max_tokens=max_tokens)]
 

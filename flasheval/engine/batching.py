@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 __all__ = ["TOKENS_PER_ROW", "CPU_ROWS", "CPU_TOKENS", "GPU_ROWS", "GPU_MEMORY_SHARE", "ModelShape", "auto_limits",
            "default_token_budget", "pack_batches", "PASS_OVERHEAD_SHARE", "PASS_OVERHEAD_FLOP",
            "pass_overhead", "pack_least_cost"]
@@ -224,8 +226,6 @@ def pack_least_cost(units: Sequence[tuple[int, int]], passes: Sequence[Sequence[
     """
     if max_rows < 1 or max_tokens < 1:
         raise ValueError(f"max_rows and max_tokens must be >= 1, got {max_rows} and {max_tokens}")
-    import numpy as np
-
     n = len(units)
     if n == 0:
         return []

@@ -320,7 +320,7 @@ def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> l
             where: tuple[list[int], list[int]] = ([], [])
             for s, (g, item, column) in enumerate(segments):
                 n = len(item.continuation) - 1
-                where[0].extend([row.get(g, 0)] * n)
+                where[0].extend([row[g]] * n if n else [])  # a group with a multi-token choice is in pass 2
                 where[1].extend(at[column + j] for j in range(n))
                 targets.extend(item.continuation[1:])
                 owners.extend([s] * n)

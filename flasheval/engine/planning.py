@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flasheval.engine.batching import PASS_OVERHEAD_SHARE, pack_least_cost
+from flasheval.engine.batching import pack_least_cost
 from flasheval.errors import BackendError
 from flasheval.types import LoglikelihoodRequest
 
@@ -223,7 +223,7 @@ def padded_width(n_tokens: int, multiple: int) -> int:
 
 
 def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, packed: int | None = None,
-                pad_multiple: int = 1, overhead: int | None = None) -> list[list[Group]]:
+                overhead: int, pad_multiple: int = 1) -> list[list[Group]]:
     """Groups packed into batches under the row limit and token budget (each group's :func:`group_unit`) at the
     least padded cost (:func:`~flasheval.engine.batching.pack_least_cost` over :func:`group_passes`); a group is
     never split.
@@ -231,14 +231,13 @@ def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, pack
     Groups run in order of their padded context width, longest first, then of their second pass's width: a
     batch's context pass pads to a multiple of ``pad_multiple`` anyway, and within one width the groups whose
     choices are short run together instead of padding to a long-choice companion. ``overhead``: a pass's fixed cost
-    in padded tokens (default: the budget's share, :data:`~flasheval.engine.batching.PASS_OVERHEAD_SHARE`; the
-    backend gives :func:`~flasheval.engine.batching.pass_overhead` of its model)."""
+    in padded tokens (:func:`~flasheval.engine.batching.pass_overhead` of the model)."""
     width = packed or pad_multiple
     passes = [group_passes(g, pad_multiple=width, packed=packed is not None) for g in groups]
     order = sorted(range(len(groups)), key=lambda k: (-passes[k][0][1], -passes[k][1][1], k))
     units = [group_unit(groups[k], packed) for k in order]
     batches = pack_least_cost(units, [passes[k] for k in order], max_rows=max_rows, max_tokens=max_tokens,
-                              overhead=max_tokens // PASS_OVERHEAD_SHARE if overhead is None else overhead)
+                              overhead=overhead)
     return [[groups[order[i]] for i in batch] for batch in batches]
 
 
