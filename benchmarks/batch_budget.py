@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{'10' if args.shots is None else args.shots}-shot, rows <= {args.rows}, {args.repeats} repeats (medians); "
           f"load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} CPUs")
     for run in runs:
-        mean_length = run.tokens["lm-eval"] / len(run.requests)
+        mean_length = run.per_choice / len(run.requests)
         print(f"{run.name}: {run.tokens['flasheval']} tokens run, {mean_length:.0f} tokens per choice")
         for budget in budgets:
             median = statistics.median(seconds[(budget, run.name)])

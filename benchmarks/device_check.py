@@ -19,8 +19,9 @@ gets 49,152 rows, not 32,000). ``--small`` keeps the code path and shrinks each 
 2 layers (the CPU smoke: ``DEVICE=cpu SMALL=1 bash benchmarks/device_check.sh``).
 
 FLOP/s are ``2 x parameters x tokens the engine ran / seconds`` (flasheval runs each shared context
-once plus every continuation, lm-eval context + continuation per choice; both counted with
-flasheval's tokenization; attention's own FLOPs are not counted), over ``--peak-flops`` (default
+once plus every continuation, counted with its tokenization; lm-eval context + continuation per choice,
+one-token choices of one context sharing a row, counted with its encoding: ``engine_throughput.lmeval_tokens``;
+attention's own FLOPs are not counted), over ``--peak-flops`` (default
 989e12, the H100/H200 SXM dense bf16 peak; ``PEAK_FLOPS`` in the shell script). Times cover the
 ``loglikelihood`` calls after one untimed warm-up call per engine.
 
@@ -167,9 +168,9 @@ def check_one(name: str, n_examples: int, tokenizer: Any, args: argparse.Namespa
     lm = None if args.skip_lmeval else et.lmeval_around(backend, args.batch_size)
     device, n_params = torch.device(backend.info.device), n_parameters(backend)
     opened = time.perf_counter() - started
-    runs = et.task_runs(backend, n_examples, args.seed)
+    runs = et.task_runs(backend, n_examples, args.seed, lm=lm)
     config, dtype = backend.model.config, backend.model.dtype
-    m = args.batch_size * round(statistics.fmean(r.tokens["lm-eval"] / len(r.requests) for r in runs))
+    m = args.batch_size * round(statistics.fmean(r.per_choice / len(r.requests) for r in runs))
     print(f"== {name}{' (small)' if args.small else ''}: {n_params / 1e9:.3f}B parameters (hidden {config.hidden_size}, "
           f"{config.num_hidden_layers} layers, vocab {config.vocab_size}), {args.dtype}, {device}, batch size "
           f"{args.batch_size}, {n_examples} examples per task; opened in {opened:.1f} s", flush=True)

@@ -17,8 +17,10 @@ from the machine's other jobs moves both). Times cover the ``loglikelihood`` cal
 for both, model loading and prompt building excluded).
 
 Per task it prints both times, the speed-up, the token ratio (tokens lm-eval ran / tokens flasheval
-ran, both counted with flasheval's tokenization: flasheval runs each shared context once plus every
-continuation, lm-eval runs context + continuation for every choice), the tokens/s ratio (flasheval /
+ran: flasheval runs each shared context once plus every continuation, counted with its tokenization;
+lm-eval runs context + continuation for every choice, except that choices whose inputs
+``context + continuation[:-1]`` are equal share one row (its one-token-continuation cache, on by default:
+one-token choices of one context run once), counted with lm-eval's own encoding), the tokens/s ratio (flasheval /
 lm-eval; speed-up = token ratio x tokens/s ratio), the largest per-choice log-likelihood difference
 and, for each engine, its achieved FLOP/s (2 x parameters x tokens / seconds) as a fraction of the
 machine's own limit measured in the same run: the FLOP/s of a dense matrix product of the model's
@@ -83,7 +85,9 @@ class TaskRun:
     """flasheval's :class:`~flasheval.types.LoglikelihoodRequest` s, examples in order."""
     n_examples: int
     tokens: dict[str, int] = field(default_factory=dict)
-    """Tokens each engine runs (``flasheval``: shared contexts once; ``lm-eval``: context + continuation per choice)."""
+    """Tokens each engine runs (``flasheval``: shared contexts once; ``lm-eval``: :func:`lmeval_tokens`)."""
+    per_choice: int = 0
+    """Tokens of context + continuation summed over every choice (flasheval's tokenization): the matmul's shape."""
     seconds: dict[str, list[float]] = field(default_factory=dict)
     """Per engine: the seconds of each repeat."""
     logprobs: dict[str, list[float]] = field(default_factory=dict)
@@ -186,8 +190,8 @@ def lmeval_around(backend: Any, batch_size: int) -> Any:
                 max_length=backend.max_length, softmax_dtype=torch.float32)
 
 
-def task_runs(backend: Any, n_examples: int, seed: int, *, shots: int | None = None) -> list[TaskRun]:
-    """The requests of each task, with the tokens each engine runs for them (flasheval's tokenization);
+def task_runs(backend: Any, n_examples: int, seed: int, *, shots: int | None = None, lm: Any = None) -> list[TaskRun]:
+    """The requests of each task, with the tokens each engine runs for them (lm-eval's only when ``lm`` is given);
     ``shots``: few-shot examples per prompt (default: the task's, 10)."""
     from dataclasses import replace
 
@@ -201,11 +205,33 @@ def task_runs(backend: Any, n_examples: int, seed: int, *, shots: int | None = N
         by_id = task_requests(selection, seed=seed, prefix_space=backend.info.prefix_space)
         requests = [r for reqs in by_id.values() for r in reqs]
         results = dict(zip(requests, backend.loglikelihood(requests)))  # token counts (and a warm-up)
-        runs.append(TaskRun(name=selection.spec.name, requests=requests, n_examples=len(by_id), tokens={
-            "flasheval": sum(example_tokens(reqs, [results[r] for r in reqs]) for reqs in by_id.values()),
-            "lm-eval": sum(results[r].n_context_tokens + results[r].n_tokens for r in requests),
-        }))
+        tokens = {"flasheval": sum(example_tokens(reqs, [results[r] for r in reqs]) for reqs in by_id.values())}
+        if lm is not None:
+            tokens["lm-eval"] = lmeval_tokens(lm, requests)
+        runs.append(TaskRun(name=selection.spec.name, requests=requests, n_examples=len(by_id), tokens=tokens,
+                            per_choice=sum(results[r].n_context_tokens + results[r].n_tokens for r in requests)))
     return runs
+
+
+def lmeval_tokens(lm: Any, requests: list[Any]) -> int:
+    """Tokens lm-eval's ``HFLM`` runs for ``requests``, counted with its own encoding (``TemplateLM.loglikelihood``).
+
+    One row per distinct ``context + continuation[:-1]`` when its one-token-continuation cache is on
+    (``logits_cache``, the default: ``Collator(group_by="contexts")``, so the one-token choices of one context
+    share a row), else one per request; a row counts ``len(context + continuation)`` after lm-eval's left
+    truncation to ``max_length + 1`` tokens.
+    """
+    rows: dict[Any, int] = {}
+    for i, request in enumerate(requests):
+        if request.context:
+            context, continuation = lm._encode_pair(request.context, request.continuation)
+        else:  # lm-eval conditions an empty context on its prefix token
+            continuation = lm.tok_encode(request.continuation, add_special_tokens=False)
+            context, continuation = (([lm.prefix_token_id], continuation) if lm.prefix_token_id != continuation[0]
+                                     else (continuation[:1], continuation[1:]))
+        key = tuple(context + continuation[:-1]) if lm.logits_cache else i
+        rows[key] = min(len(context) + len(continuation), lm.max_length + 1)
+    return sum(rows.values())
 
 
 def scorers(backend: Any, lm: Any) -> dict[str, Callable[[list[Any]], list[float]]]:
@@ -351,10 +377,10 @@ def run_model(args: argparse.Namespace, model: str) -> dict[str, Any]:
     loads = [os.getloadavg()]
     backend = load(args, model)
     lm = None if args.skip_lmeval else lmeval_around(backend, args.batch_size)
-    runs = task_runs(backend, args.n_examples, args.seed, shots=args.shots)
+    runs = task_runs(backend, args.n_examples, args.seed, shots=args.shots, lm=lm)
     config, device = backend.model.config, torch.device(backend.info.device)
     n_params = n_parameters(backend)
-    lengths = [run.tokens["lm-eval"] / len(run.requests) for run in runs]
+    lengths = [run.per_choice / len(run.requests) for run in runs]
     m = args.batch_size * round(statistics.fmean(lengths))
     shape = (m, config.hidden_size, config.intermediate_size)
     print(f"model {model}: {n_params / 1e6:.1f}M parameters, {args.dtype}, {device}, batch size {args.batch_size}, "

@@ -10,6 +10,7 @@ One job per module:
 * :mod:`~flasheval.engine.planning`    — the HF backend's requests -> items -> context groups -> batches (no torch);
 * :mod:`~flasheval.engine.backoff`     — the out-of-memory back-off scoring and generation share;
 * :mod:`~flasheval.engine.hf_forward`  — the scoring forward pass (shared context, or unpadded per request);
+* :mod:`~flasheval.engine.hf_packed`   — the packed scoring pass (a group's choices side by side in one row);
 * :mod:`~flasheval.engine.hf_generation` — greedy generation batches;
 * :mod:`~flasheval.engine.hf_loading`  — load a local folder, GGUF file or hub id into the HF backend;
 * :mod:`~flasheval.engine.deferred`    — a spec's model opened without its weights (loaded on the first miss);

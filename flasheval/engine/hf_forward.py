@@ -2,10 +2,8 @@
 
 Three ways to run a batch of :class:`~flasheval.engine.planning.Group` s:
 
-- packed (:func:`forward_packed`, models without sliding-window layers under SDPA or eager attention):
-  each whole context once, left-padded, whose last position predicts every choice's first token; then
-  one row per group holding all its choices' other inputs side by side, each choice's segment starting
-  at a multiple of the pad width and attending to the context's cache and to itself (a 4-D mask);
+- packed (:func:`~flasheval.engine.hf_packed.forward_packed`, models without sliding-window layers under
+  SDPA or eager attention; its own module);
 - shared (:func:`forward_shared`, sliding-window models): each context prefix once, then every choice in
   its own row from the expanded key/value cache (the window masks transformers builds stay exact);
 - unpadded (:func:`forward_unpadded`): one plain pass per item, for families whose padded batches are
@@ -24,8 +22,8 @@ from typing import Any
 from flasheval.engine.planning import Group, Item, padded_width
 from flasheval.errors import BackendError
 
-__all__ = ["Scored", "PassSettings", "PAD_MULTIPLE", "padded_width", "pass_settings", "keep_columns", "score_logits",
-           "forward_packed", "forward_shared", "forward_unpadded", "packs_choices"]
+__all__ = ["Scored", "PassSettings", "PAD_MULTIPLE", "MIN_LOGIT_ROWS", "padded_width", "pass_settings", "keep_columns",
+           "score_logits", "check_finite", "forward_shared", "forward_unpadded", "packs_choices"]
 
 Scored = tuple[Item, float, bool]
 """One scored item: the item, its summed log-likelihood, whether every token was the argmax."""
@@ -49,7 +47,7 @@ class PassSettings:
     """Padded widths (the context prefixes', the continuations') are rounded up to a multiple of this
     (:func:`padded_width`), so a row's real tokens sit at the same offsets modulo it whatever its companions."""
     packed: bool = False
-    """Whether batches run :func:`forward_packed` (:func:`packs_choices`), else :func:`forward_shared`."""
+    """Whether batches run :func:`~flasheval.engine.hf_packed.forward_packed` (:func:`packs_choices`), else :func:`forward_shared`."""
 
 
 PAD_MULTIPLE = 16
@@ -80,7 +78,8 @@ def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = 16) -> PassSet
 
 
 def packs_choices(config: Any) -> bool:
-    """Whether a model of ``config`` can score a group's choices packed in one row (:func:`forward_packed`).
+    """Whether a model of ``config`` can score a group's choices packed in one row
+    (:func:`~flasheval.engine.hf_packed.forward_packed`).
 
     That pass gives the model a ready 4-D attention mask, which transformers applies to every layer as
     it is: right for full attention, wrong for sliding-window layers (their window is not in it). So:
@@ -134,14 +133,14 @@ def score_logits(model: Any, logits: Any, targets: Any, target_mask: Any) -> tup
     logprobs = torch.zeros(target_mask.shape, dtype=torch.float32, device=logits.device)
     logprobs[target_mask] = torch.log_softmax(scored, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
     sums = (logprobs.double() * target_mask).sum(dim=1)
-    _check_finite(model, sums)
+    check_finite(model, sums)
     hits = torch.ones(target_mask.shape, dtype=torch.bool, device=logits.device)
     hits[target_mask] = scored.argmax(dim=-1) == picked
     greedy = hits.all(dim=1)
     return [float(x) for x in sums.cpu().tolist()], [bool(x) for x in greedy.cpu().tolist()]
 
 
-def _check_finite(model: Any, sums: Any) -> None:
+def check_finite(model: Any, sums: Any) -> None:
     """Raise :class:`~flasheval.errors.BackendError` (naming ``model``) unless every sum is finite."""
     import torch
 
@@ -262,127 +261,3 @@ def _continuation_pass(
     ).logits
     sums, greedy = score_logits(model, logits[:, : n_query - 1], ids[:, 1:], mask[:, 1:].bool())
     return [(item, sums[r], greedy[r]) for r, (_, item) in enumerate(rows)]
-
-
-def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> list[Scored]:
-    """Each whole context once, then one row per group with all its choices' other inputs side by side.
-
-    Pass 1 runs every group's full context, left-padded (as :func:`forward_shared`'s prefixes), keeping the
-    logits of its last :data:`MIN_LOGIT_ROWS` columns or fewer: the last one predicts every choice's first
-    token. Pass 2 runs, for choices of two or more tokens, ``continuation[:-1]`` (a continuation's last token
-    predicts nothing), each choice in a segment of the group's row that starts at a multiple of the pad
-    width, at positions ``len(context) + j``, attending to the real context columns of the cache and
-    causally to its own segment (a 4-D additive mask). No cache is copied per choice, no row is padded
-    to the group's longest choice, and a choice's tokens sit at the same offsets modulo the pad width
-    whatever its companions, so its sums do not depend on them.
-    """
-    import torch
-
-    from flasheval.engine.in_memory import no_grad
-
-    device, multiple = settings.device, settings.pad_multiple
-    lengths = [len(group.context) for group in groups]
-    n_prefix = padded_width(max(lengths), multiple)
-    ids = torch.full((len(groups), n_prefix), settings.pad_id, dtype=torch.long)
-    prefix_mask = torch.zeros((len(groups), n_prefix), dtype=torch.long)
-    positions = torch.zeros((len(groups), n_prefix), dtype=torch.long)
-    for g, group in enumerate(groups):
-        ids[g, n_prefix - lengths[g]:] = torch.tensor(group.context)
-        prefix_mask[g, n_prefix - lengths[g]:] = 1
-        positions[g, n_prefix - lengths[g]:] = torch.arange(lengths[g])
-    # Segments of pass 2: (group, item, first column), each rounded to the pad width.
-    segments, widths = [], []
-    for g, group in enumerate(groups):
-        column = 0
-        for item in group.items:
-            segments.append((g, item, column))
-            column += padded_width(len(item.continuation) - 1, multiple)
-        widths.append(column)
-    n_query = max(widths)
-    n_last = min(n_prefix, -(-MIN_LOGIT_ROWS // len(groups)))
-    with no_grad(model):
-        out = model(input_ids=ids.to(device), attention_mask=prefix_mask.to(device), position_ids=positions.to(device),
-                    use_cache=n_query > 0, **keep_columns(settings, range(n_prefix - n_last, n_prefix)))
-        # The last context token's prediction, once per choice (its first token).
-        rows = [out.logits[:, -1][torch.tensor([g for g, _, _ in segments])]]
-        targets = [item.continuation[0] for _, item, _ in segments]
-        owners = list(range(len(segments)))
-        if n_query > 0:
-            past = getattr(out, "cache", None)
-            past = out.past_key_values if past is None else past
-            # Pass 2 runs only the groups that have a choice of two or more tokens (their rows of the cache).
-            active = [g for g, width in enumerate(widths) if width]
-            row = {g: r for r, g in enumerate(active)}
-            if len(active) < len(groups):
-                past.reorder_cache(torch.tensor(active, device=device))
-            logits, at = _segment_pass(model, [(row[g], item, column) for g, item, column in segments if g in row],
-                                       n_query, past, prefix_mask[active], [lengths[g] for g in active], settings)
-            where: tuple[list[int], list[int]] = ([], [])
-            for s, (g, item, column) in enumerate(segments):
-                n = len(item.continuation) - 1
-                where[0].extend([row[g]] * n if n else [])  # a group with a multi-token choice is in pass 2
-                where[1].extend(at[column + j] for j in range(n))
-                targets.extend(item.continuation[1:])
-                owners.extend([s] * n)
-            rows.append(logits[torch.tensor(where[0]), torch.tensor(where[1])])  # [scored tokens, vocab]
-        sums, greedy = _score_rows(model, torch.cat(rows), targets, owners, len(segments))
-    return [(item, sums[s], greedy[s]) for s, (_, item, _) in enumerate(segments)]
-
-
-def _segment_pass(model: Any, segments: list[tuple[int, Item, int]], n_query: int, past: Any, prefix_mask: Any,
-                  lengths: list[int], settings: PassSettings) -> tuple[Any, dict[int, int]]:
-    """Pass 2 of :func:`forward_packed` over the rows of ``prefix_mask`` (``segments`` name their row): the logits
-    ``[rows, kept columns, vocab]`` and ``{column: its index}``."""
-    import torch
-
-    n_groups, n_prefix = prefix_mask.shape
-    ids = torch.full((n_groups, n_query), settings.pad_id, dtype=torch.long)
-    positions = torch.zeros((n_groups, n_query), dtype=torch.long)
-    allowed = torch.zeros((n_groups, n_query, n_prefix + n_query), dtype=torch.bool)
-    allowed[:, :, :n_prefix] = prefix_mask.bool().unsqueeze(1)  # every query sees its group's real context
-    real: set[int] = set()
-    for g, item, column in segments:
-        n = len(item.continuation) - 1
-        ids[g, column:column + n] = torch.tensor(item.continuation[:-1])
-        positions[g, column:column + n] = lengths[g] + torch.arange(n)
-        allowed[g, column:column + n, n_prefix + column:n_prefix + column + n] = torch.ones(n, n, dtype=torch.bool).tril()
-        real.update(range(column, column + n))
-    mask = _additive(model, allowed).unsqueeze(1)
-    # Logits at the columns some group has a token in (the same columns for every row), MIN_LOGIT_ROWS at least.
-    spare = (c for c in range(n_query) if c not in real)
-    kept = sorted(real | {next(spare) for _ in range(min(n_query - len(real),
-                                                          max(0, -(-MIN_LOGIT_ROWS // n_groups) - len(real))))})
-    device, keep = settings.device, keep_columns(settings, kept)
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                   use_cache=True, **{settings.cache_kw: past}, **keep).logits
-    return logits, {c: k for k, c in enumerate(kept)} if keep else {c: c for c in kept}
-
-
-def _additive(model: Any, allowed: Any) -> Any:
-    """``allowed`` (bool) as the 4-D mask the attention takes: boolean for SDPA; for eager attention, which adds
-    the mask to the scores, 0 and the dtype's lowest value in the input embeddings' dtype."""
-    import torch
-
-    from flasheval.engine.in_memory import unwrap
-
-    inner = unwrap(model)[1]
-    if inner.config._attn_implementation == "sdpa":
-        return allowed
-    dtype = inner.get_input_embeddings().weight.dtype
-    return torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-
-
-def _score_rows(model: Any, logits: Any, targets: list[int], owners: list[int], n: int) -> tuple[list[float], list[bool]]:
-    """Sum the float32 log-probabilities of ``targets`` under the rows of ``logits`` ``[positions, vocab]``
-    into ``n`` items (``owners[i]``: the item of row ``i``) in float64; and whether every target is the argmax."""
-    import torch
-
-    picked = torch.tensor(targets, device=logits.device)
-    owner = torch.tensor(owners, device=logits.device)
-    scored = logits.float()
-    logprobs = torch.log_softmax(scored, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
-    sums = torch.zeros(n, dtype=torch.float64, device=logits.device).index_add_(0, owner, logprobs.double())
-    _check_finite(model, sums)
-    misses = torch.zeros(n, dtype=torch.long, device=logits.device).index_add_(
-        0, owner, (scored.argmax(dim=-1) != picked).long())
-    return [float(x) for x in sums.cpu().tolist()], [bool(x == 0) for x in misses.cpu().tolist()]

@@ -65,3 +65,33 @@ def test_one_run_on_a_tiny_llama_scores_both_engines_alike(tmp_path, task_dir, m
         assert speed_up == pytest.approx(token_ratio * rate_ratio, rel=0.02), name
         assert token_ratio > 1  # lm-eval runs every choice's context; flasheval each context once
         assert float(cells[8]) < 1e-4, name  # the same log-likelihoods from both engines
+
+
+def test_lmeval_tokens_counts_the_rows_lm_eval_runs():
+    """Checked against what lm-eval's HFLM feeds the model: its rows (one-token choices of one context share one)
+    and their real tokens (byte tokens; lm-eval right-pads with id 0, the NUL byte, never in these texts)."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.api.instance import Instance
+
+    from flasheval.engine.hf import HFBackend
+    from flasheval.types import LoglikelihoodRequest
+    from tests.engine.conftest import tiny_model_and_tokenizer
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=0, max_positions=512)
+    lm = et.lmeval_around(HFBackend(model, tokenizer, fingerprint="x", batch_size=4), 4)
+    choices = {"Answer:": ["A", "B", "C", "D"], "Is the sky blue?": [" yes", " no"], "": [" alone"]}
+    requests = [LoglikelihoodRequest(task_name="t", example_id=f"e{e}", choice_index=k, context=context,
+                                     continuation=choice)
+                for e, (context, texts) in enumerate(choices.items()) for k, choice in enumerate(texts)]
+    fed: list[int] = []
+    handle = model.register_forward_pre_hook(
+        lambda _m, args, kwargs: fed.extend(int((row != 0).sum()) for row in (args[0] if args else kwargs["input_ids"])),
+        with_kwargs=True)
+    try:
+        lm.loglikelihood([Instance(request_type="loglikelihood", doc={}, arguments=(r.context, r.continuation), idx=i)
+                          for i, r in enumerate(requests)], disable_tqdm=True)
+    finally:
+        handle.remove()
+    assert len(fed) == 1 + 2 + 1  # "A".."D" share a row
+    assert et.lmeval_tokens(lm, requests) == sum(fed) + len(fed)  # a row feeds all but its last token
+    assert et.lmeval_tokens(lm, requests[4:]) + et.lmeval_tokens(lm, requests[:1]) == et.lmeval_tokens(lm, requests)

@@ -93,7 +93,7 @@ def test_padded_batches_equal_one_unpadded_pass_per_request(family, share_contex
         assert config.sliding_window == WINDOW
         assert "sliding_attention" in (getattr(config, "layer_types", None) or ["sliding_attention"])
     requests = _requests()
-    # Families without sliding windows run a group's choices packed in one row (hf_forward.forward_packed):
+    # Families without sliding windows run a group's choices packed in one row (hf_packed.forward_packed):
     # a row per context there, so fewer rows per batch for the batches to mix lengths all the same.
     packed = share_context and family in ("llama", "gemma")
     backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=2 if packed else 7,

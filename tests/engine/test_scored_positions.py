@@ -1,7 +1,7 @@
 """Logits only where a token is scored: the same numbers as a plain full forward, and no logits for padding.
 
-The continuation pass keeps the logits of the columns up to the longest continuation (``logits_to_keep``),
-and only the scored positions are upcast and log-softmaxed; the unpadded pass keeps the continuation's
+The packed passes keep the logits of the scored positions only (a hook on the output layer), the shared
+continuation pass those of the columns up to the longest continuation (``logits_to_keep``), and only the scored positions are upcast and log-softmaxed; the unpadded pass keeps the continuation's
 columns. Checked on the tiny seeded Llama against an independent computation (one plain forward over
 ``context + continuation``, every position's logits, a manual float32 log-softmax), against the path that
 computes every column (a model without ``logits_to_keep``), and by counting the rows the output layer sees.
@@ -71,14 +71,13 @@ def test_scored_positions_equal_a_full_forward_and_the_all_logits_path(tiny):
         assert ours.logprob_sum == pytest.approx(_independent(model, tokenizer, request), abs=1e-5)
         assert ours.logprob_sum == pytest.approx(theirs.logprob_sum, abs=1e-6)
         assert ours.is_greedy == theirs.is_greedy
-    # Packed (hf_forward.forward_packed): one pass of the 3 whole contexts keeping their last 6 columns (the last
-    # predicts each choice's first token; 3 x 6 >= the 16 positions a matrix product needs for its rows' last
-    # bits), then one row per context keeping only the columns that hold a choice's input: every byte of a
-    # choice but its last (4 + 1 + 24 + 0), not the padding between the segments (16 + 16 + 32) nor a
+    # Packed (hf_packed.forward_packed): one pass of the 3 whole contexts keeping only each one's last real
+    # column (it predicts each choice's first token), repeated up to the 16 positions a matrix product needs for
+    # its rows' last bits; then one row per context keeping only the positions that hold a choice's input: every
+    # byte of a choice but its last (4 + 1 + 24 + 0), not the padding between the segments (16 + 16 + 32) nor a
     # choice's last byte.
     assert backend._pass.packed
-    assert counter.rows == [len(CONTEXTS) * -(-16 // len(CONTEXTS)), len(CONTEXTS) * sum(len(c.encode()) - 1
-                                                                                         for c in CHOICES)]
+    assert counter.rows == [16, len(CONTEXTS) * sum(len(c.encode()) - 1 for c in CHOICES)]
 
 
 def test_unpadded_pass_keeps_only_the_continuation_columns(tiny):
