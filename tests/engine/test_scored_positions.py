@@ -111,11 +111,16 @@ def test_single_token_choices_run_the_context_pass_only(tiny):
     backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=16)
     assert backend._pass.packed
     counter = _CountRows(model)
+    masks: list = []
+    handle = model.register_forward_pre_hook(lambda _m, _a, kwargs: masks.append(kwargs.get("attention_mask")),
+                                             with_kwargs=True)
     try:
         scored = backend.loglikelihood(requests)
     finally:
         counter.handle.remove()
+        handle.remove()
     assert counter.rows == [16]
+    assert masks == [None]  # right-padded, no mask: the attention's causal path
     for request, result in zip(requests, scored):
         assert result.logprob_sum == pytest.approx(_independent(model, tokenizer, request), abs=1e-5)
         assert result.n_tokens == 1
