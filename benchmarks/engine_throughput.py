@@ -217,9 +217,9 @@ def lmeval_tokens(lm: Any, requests: list[Any]) -> int:
     """Tokens lm-eval's ``HFLM`` runs for ``requests``, counted with its own encoding (``TemplateLM.loglikelihood``).
 
     One row per distinct ``context + continuation[:-1]`` when its one-token-continuation cache is on
-    (``logits_cache``, the default: ``Collator(group_by="contexts")``, so the one-token choices of one context
-    share a row), else one per request; a row counts ``len(context + continuation)`` after lm-eval's left
-    truncation to ``max_length + 1`` tokens.
+    (``logits_cache``, the default, for a causal model: ``Collator(group_by="contexts")``, so the one-token
+    choices of one context share a row), else one per request; a row counts ``len(context + continuation)``
+    after lm-eval's left truncation to ``max_length + 1`` tokens.
     """
     rows: dict[Any, int] = {}
     for i, request in enumerate(requests):
@@ -229,7 +229,7 @@ def lmeval_tokens(lm: Any, requests: list[Any]) -> int:
             continuation = lm.tok_encode(request.continuation, add_special_tokens=False)
             context, continuation = (([lm.prefix_token_id], continuation) if lm.prefix_token_id != continuation[0]
                                      else (continuation[:1], continuation[1:]))
-        key = tuple(context + continuation[:-1]) if lm.logits_cache else i
+        key = tuple(context + continuation[:-1]) if lm.logits_cache and lm.backend == "causal" else i
         rows[key] = min(len(context) + len(continuation), lm.max_length + 1)
     return sum(rows.values())
 
