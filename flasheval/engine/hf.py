@@ -40,8 +40,8 @@ from flasheval.engine.backoff import Limits, run_with_backoff
 from flasheval.engine.base import BackendInfo, OnResults
 from flasheval.engine.batching import ModelShape, auto_limits, default_token_budget, pass_overhead
 from flasheval.engine.hf_forward import Scored, forward_shared, forward_unpadded, pass_settings
-from flasheval.engine.hf_packed import forward_packed
 from flasheval.engine.hf_generation import generate_batch, generation_batches
+from flasheval.engine.hf_packed import forward_packed
 from flasheval.engine.planning import (
     Group,
     Item,
