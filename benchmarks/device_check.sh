@@ -9,7 +9,8 @@
 # 2. placement against evaluate in seconds (benchmarks/seconds_saved.py --source random): a pool of 6 models made
 #    in the script (a random-init Llama of hidden 2048 x 16 layers from a seeded torch.Generator, and noisy copies),
 #    4 tasks x SECONDS_EXAMPLES (default 200) examples; 3 held-out noisy copies each placed (flasheval.place) and
-#    evaluated on every reference example (flasheval.evaluate), fresh stores, alternating order. Every model is
+#    evaluated on every reference example (flasheval.evaluate), fresh stores, alternating order, one round
+#    (SECONDS_REPEATS) to fit the limit. Every model is
 #    near chance, so only the time / token ratios mean anything, not the ranks.
 #
 # Run from the repo root:           OUT=/tmp/devcheck bash benchmarks/device_check.sh
@@ -45,11 +46,12 @@ if [[ -z ${TOKENIZER:-} && ${#SMOLLM[@]} == 0 ]]; then
 fi
 if [[ -n ${SMALL:-} ]]; then
   ARGS=(--small --models llama-1b llama-8b --n-examples 1 --batch-size 4 --dtype "${DTYPE:-bfloat16}")
-  SECONDS_ARGS=(--hidden-size 64 --layers 2 --examples-per-task 20 --dtype "${DTYPE:-bfloat16}")
+  SECONDS_ARGS=(--hidden-size 64 --layers 2 --examples-per-task 20 --repeats 1 --dtype "${DTYPE:-bfloat16}")
 else
   ARGS=(--models llama-1b llama-8b "${SMOLLM[@]}" --n-examples 200 100 $([[ ${#SMOLLM[@]} == 1 ]] && echo 200) \
         --batch-size "${BATCH_SIZE:-32}" --dtype "${DTYPE:-bfloat16}")
-  SECONDS_ARGS=(--hidden-size 2048 --layers 16 --examples-per-task "${SECONDS_EXAMPLES:-200}" --dtype "${DTYPE:-bfloat16}")
+  SECONDS_ARGS=(--hidden-size 2048 --layers 16 --examples-per-task "${SECONDS_EXAMPLES:-200}" --repeats "${SECONDS_REPEATS:-1}"
+                --dtype "${DTYPE:-bfloat16}")
 fi
 mkdir -p "$OUT"
 status=0
