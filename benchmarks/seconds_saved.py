@@ -319,6 +319,10 @@ def report(rows: list[dict[str, Any]]) -> str:
                 lines.append(f"{label:<24} {placed if label else '':<17} {f'{what} {n}':<10} {x['seconds']:>7.1f} "
                              f"{x['seconds'] - x['load_seconds']:>7.1f} {x['load_seconds']:>6.1f} {x['cpu_seconds']:>7.1f} "
                              f"{x['examples']:>8} {x['tokens']:>7}{tail}")
+        outcomes = {(g["place"]["rank"], tuple(g["place"]["interval"]), g["place"]["tokens"], g["evaluate"]["tokens"],
+                     tuple(sorted(g["evaluate"].get("accuracy", {}).items()))) for g in row["rounds"]}
+        if len(outcomes) > 1:  # same model, same requests: every round must place and score it alike
+            lines.append(f"{'':<24} NOT DETERMINISTIC: the rounds' placements or evaluations differ: {sorted(outcomes)}")
         m, label = row["median"], f"median/{len(row['rounds'])}"
         lines.append(f"{'':<24} {'':<17} {label:<10} "
                      f"{'':>47}  {m['token_saving']:>7.2f} {m['time_saving']:>8.2f} {m['ratio']:>5.2f} "

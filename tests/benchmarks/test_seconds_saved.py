@@ -26,3 +26,11 @@ def test_the_verdict_is_each_models_median_ratio_and_every_round_is_reported():
     text = ss.report([row, {**row, "model": "n", "rounds": rounds[:1], "median": ss.median_savings(rounds[:1])}])
     assert "met for 1 of 2 models; single rounds: 2 of 4 >= 0.8, worst 0.61" in text
     assert text.count("place ") == 4 and text.count("evaluate ") == 4 and text.count("median/") == 2
+
+
+def test_rounds_that_place_a_model_differently_are_flagged():
+    rounds = [_round(61.0, 107.0), _round(57.0, 101.0)]
+    row = {"model": "m", "rounds": rounds, "full_data_rank": 2, "median": ss.median_savings(rounds)}
+    assert "NOT DETERMINISTIC" not in ss.report([row])
+    rounds[1]["place"] = {**rounds[1]["place"], "interval": [1, 4]}
+    assert "NOT DETERMINISTIC" in ss.report([row])
