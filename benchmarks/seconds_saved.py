@@ -320,7 +320,7 @@ def report(rows: list[dict[str, Any]]) -> str:
                              f"{x['seconds'] - x['load_seconds']:>7.1f} {x['load_seconds']:>6.1f} {x['cpu_seconds']:>7.1f} "
                              f"{x['examples']:>8} {x['tokens']:>7}{tail}")
         outcomes = {(g["place"]["rank"], tuple(g["place"]["interval"]), g["place"]["tokens"], g["evaluate"]["tokens"],
-                     tuple(sorted(g["evaluate"].get("accuracy", {}).items()))) for g in row["rounds"]}
+                     tuple(sorted(g["evaluate"]["accuracy"].items()))) for g in row["rounds"]}
         if len(outcomes) > 1:  # same model, same requests: every round must place and score it alike
             lines.append(f"{'':<24} NOT DETERMINISTIC: the rounds' placements or evaluations differ: {sorted(outcomes)}")
         m, label = row["median"], f"median/{len(row['rounds'])}"
