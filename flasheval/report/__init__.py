@@ -69,8 +69,8 @@ def _looks_like_record(path: Path) -> bool:
 def _run_folder_blocks(folder: Path) -> tuple[list[Block], tuple[str, ...]]:
     """A training run's folder: rank against step and every checkpoint's cost (:mod:`~flasheval.report.run_section`)."""
     history = read_run(folder)
-    return [Heading(text=f"flasheval report: run {history.name}", level=1),
-            Paragraph(text=f"run folder {folder}: {RUN_FILE} and {len(history.checkpoints)} checkpoint record(s)"),
+    return [Heading(text=f'flasheval report: training run "{history.name}"', level=1),
+            Paragraph(text=f"{RUN_FILE} and {len(history.checkpoints)} checkpoint record(s) in the folder {folder}"),
             *run_blocks(history)], ("run",)
 
 

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 __all__ = ["placement_stages", "leaderboard_with_new_model", "sweep_intervals", "backtest_scatter",
-           "dior_reliability", "parse_tier_label", "run_ranks"]
+           "dior_reliability", "parse_tier_label"]
 
 _NEW = "#d62728"
 _POOL = "#1f77b4"
@@ -211,36 +211,3 @@ def dior_reliability(payload: Mapping[str, Any]) -> bytes:
     gain_ax.set_title("reliability gained per example")
     return _png(fig)
 
-
-def run_ranks(run: Mapping[str, Any]) -> bytes:
-    """A training run's rank against step: each checkpoint's interval as a band, the pool's tier boundaries as lines.
-
-    ``run``: ``name``, ``reference``, ``level``, ``n_ranks``, ``tiers`` (``first`` rank and ``label`` of each tier
-    below the first) and ``checkpoints`` (``step``, ``rank``, ``interval``, ``status``), in step order.
-    """
-    placed = [c for c in run["checkpoints"] if c["rank"] is not None]
-    steps = [c["step"] for c in placed]
-    fig = Figure(figsize=(7.0, 4.0))
-    ax = fig.add_subplot()
-    ax.fill_between(steps, [c["interval"][0] - 0.5 for c in placed], [c["interval"][1] + 0.5 for c in placed],
-                    color=_NEW, alpha=0.15, lw=0, label=f"{run['level']:.1%} interval")
-    ax.vlines(steps, [c["interval"][0] - 0.5 for c in placed], [c["interval"][1] + 0.5 for c in placed], color=_NEW,
-              alpha=0.35, lw=2)
-    ax.plot(steps, [c["rank"] for c in placed], "o-", color=_NEW, label="placed rank")
-    unresolved = [c for c in placed if c["status"] != "resolved"]
-    if unresolved:
-        ax.plot([c["step"] for c in unresolved], [c["rank"] for c in unresolved], "o", mfc="white", color=_NEW,
-                label="unresolved at budget")
-    for tier in run["tiers"]:
-        ax.axhline(tier["first"] - 0.5, color=_POOL, ls="--", lw=0.8, alpha=0.6)
-        ax.text(1.0, tier["first"] - 0.5, f" tier {tier['label']}", transform=ax.get_yaxis_transform(), fontsize=6,
-                va="top", ha="left", color=_POOL)
-    ax.set_ylim(run["n_ranks"] + 0.5, 0.5)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("training step")
-    ax.set_ylabel(f"rank among {run['n_ranks']} (reference pool + the checkpoint)")
-    ax.set_title(f"run {run['name']} on {run['reference']}: rank against step; dashed: tier boundaries")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=7)
-    return _png(fig)

@@ -34,7 +34,9 @@ def test_the_run_report_tabulates_every_checkpoint_against_its_record(run_dir, c
     history = flasheval.read_run(run_dir)
     for c in history.checkpoints:  # each row says what the checkpoint's own record says
         saving = f"{c.full_examples / c.examples:.1f}x"
-        row = f"| {c.step} | {c.model} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] | {c.tier} | {c.status} | " \
+        assert c.status == "resolved"  # its tier is its record's, an open one ending at the pool's last rank
+        tier = f"{c.tier[:-1]}-{c.n_models + 1}" if c.tier.endswith("+") else c.tier
+        row = f"| {c.step} | {c.model} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] | {tier} | {c.status} | " \
               f"{c.examples} | {c.full_examples} | {saving} |"
         assert row in text, row
     spent = sum(c.examples for c in history.checkpoints)
@@ -69,6 +71,6 @@ def test_the_run_report_loads_in_headless_chromium_with_its_figure(run_dir):
     body = re.search(r"<body[^>]*>", proc.stdout)
     assert body is not None and 'data-images-ok="yes"' in body.group(0) and 'data-image-count="1"' in body.group(0)
     text = re.sub(r"<[^>]+>", " ", re.sub(r"src=\"data:[^\"]+\"", "", proc.stdout))
-    assert "Run pretrain-7" in text and "Traceback" not in text and "NaN" not in text and "None" not in text
+    assert "Training run \"pretrain-7\"" in text and "Traceback" not in text and "NaN" not in text and "None" not in text
     rows = re.findall(r"<tr><td>(\d+)</td>", proc.stdout)
     assert rows == ["100", "200", "300"]
