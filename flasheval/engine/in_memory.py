@@ -209,6 +209,10 @@ def no_grad(model: Any) -> Any:
 def scoring_mode(model: Any) -> Iterator[None]:
     """Eval mode under ``torch.inference_mode()`` (:func:`no_grad`) for the block; the model's own mode restored after.
 
+    The model computes as its weights are: a mixed-precision autocast around its forward (accelerate's, the
+    Trainer's ``bf16``/``fp16``) or around the call is off for the block and put back after
+    (:func:`~flasheval.engine.mixed_precision.without_autocast`).
+
     Examples
     --------
     >>> import torch
@@ -219,10 +223,12 @@ def scoring_mode(model: Any) -> Iterator[None]:
     >>> net.training
     True
     """
+    from flasheval.engine.mixed_precision import without_autocast
+
     was_training = bool(model.training)
     model.eval()
     try:
-        with no_grad(model):
+        with no_grad(model), without_autocast(model):
             yield
     finally:
         model.train(was_training)

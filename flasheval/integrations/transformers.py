@@ -167,19 +167,29 @@ class _PlacementHooks:
         check_distributed(self.distributed)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Place at every multiple of ``every``."""
-        if self.every is not None and state.global_step % self.every == 0:
-            self._place(state, kwargs)
+        """Place at every multiple of ``every``; with ``on_save``, also at a step the Trainer is about to save
+        (its flow callback has set ``should_save``), before it writes the checkpoint, so that the checkpoint's
+        ``trainer_state.json`` holds the placement (and ``resume_from_checkpoint`` keeps it in ``log_history``)."""
+        if (self.every is not None and state.global_step % self.every == 0) or \
+                (self.on_save_checkpoint and control.should_save):
+            self._place(state, control, kwargs)
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """With ``on_save``: place before an end-of-epoch save (``save_strategy="epoch"``), as at a step."""
+        if self.on_save_checkpoint and control.should_save:
+            self._place(state, control, kwargs)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Place the checkpoint just saved (``on_save=True``), unless this step was placed already."""
-        if self.on_save_checkpoint:
-            self._place(state, kwargs)
+        """With ``on_save``: a save decided after the step's callbacks ran (``save_strategy="best"``) is placed
+        now, and the placement written into the checkpoint's ``trainer_state.json`` as well."""
+        if self.on_save_checkpoint and self._place(state, control, kwargs):
+            _amend_saved_state(args, state)
 
-    def _place(self, state: Any, kwargs: dict[str, Any]) -> None:
+    def _place(self, state: Any, control: Any, kwargs: dict[str, Any]) -> bool:
+        """Place step ``global_step`` unless done already or another process places it; whether it placed."""
         step = state.global_step
         if step in self._placements or (self.distributed == "main" and not state.is_world_process_zero):
-            return
+            return False
         from transformers.modeling_utils import unwrap_model
 
         from flasheval.api import place_checkpoint
@@ -192,7 +202,38 @@ class _PlacementHooks:
         result = place_checkpoint(unwrap_model(kwargs["model"]), run=self.run, step=step, reference=self.reference,
                                   tokenizer=tokenizer, distributed=self.distributed, **self.place_kwargs)
         self._placements[step] = result
-        self._trainer.log(placement_metrics(result, seconds=time.perf_counter() - start))
+        _log_unsteered(self._trainer, control, placement_metrics(result, seconds=time.perf_counter() - start))
+        return True
+
+
+def _log_unsteered(trainer: Any, control: Any, metrics: dict[str, float]) -> None:
+    """``trainer.log(metrics)`` (``log_history`` and every ``report_to`` integration), with every flag of the
+    Trainer's ``control`` as it was before the call.
+
+    The Trainer's ``on_log`` handler clears ``should_log``, and other callbacks' ``on_log`` may set flags too; the
+    Trainer acts on them on every process alike (a logging step gathers the loss from all processes). Under
+    ``distributed="main"`` only process zero logs a placement: a flag changed there alone would make it skip the
+    step's loss gather while the others enter it (a collective mismatch), and even in one process the step's
+    loss log would be lost. So a placement's log steers nothing: the flags are put back as they were.
+    """
+    from dataclasses import fields
+
+    before = {flag.name: getattr(control, flag.name) for flag in fields(control)}
+    try:
+        trainer.log(metrics)
+    finally:
+        for name, value in before.items():
+            setattr(control, name, value)
+
+
+def _amend_saved_state(args: Any, state: Any) -> None:
+    """Write ``state`` (with the placement just logged) over the ``trainer_state.json`` of checkpoint
+    ``global_step``, on the process that writes the Trainer's checkpoints, where that file exists."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}" / "trainer_state.json"
+    if args.should_save and path.is_file():
+        state.save_to_json(str(path))
 
 
 def __getattr__(name: str) -> Any:

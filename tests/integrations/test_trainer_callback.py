@@ -74,16 +74,16 @@ def _metrics(entries) -> list[dict]:
             if any(k.startswith("flasheval/") for k in e)]
 
 
-def _trainer(tmp_path, callbacks, **args):
+def _trainer(tmp_path, callbacks, *, evaluate=False, **args):
     from transformers import Trainer, TrainingArguments, default_data_collator
 
     tokenizer = LOOP.byte_tokenizer()
     arguments = TrainingArguments(output_dir=str(tmp_path / "trainer"), per_device_train_batch_size=2,
                                   learning_rate=3e-3, use_cpu=True, disable_tqdm=True, seed=0,
                                   save_only_model=True, **{"report_to": "none", "max_steps": 4, **args})
-    return Trainer(model=LOOP.tiny_llama(0), args=arguments, processing_class=tokenizer,
-                   train_dataset=TRAINER.training_data(tokenizer), data_collator=default_data_collator,
-                   callbacks=callbacks)
+    data = TRAINER.training_data(tokenizer)
+    return Trainer(model=LOOP.tiny_llama(0), args=arguments, processing_class=tokenizer, train_dataset=data,
+                   eval_dataset=data if evaluate else None, data_collator=default_data_collator, callbacks=callbacks)
 
 
 def test_the_callback_places_at_steps_and_saves_and_logs_through_the_trainer(world, tmp_path, monkeypatch):
@@ -247,3 +247,109 @@ def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
         for c in flasheval.read_run(folder).checkpoints:
             assert f"| {c.step} | {c.model} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] | {c.tier} |" in report
         assert "Rank against step" in (folder / "report.html").read_text(encoding="utf-8")
+
+
+def _losses(trainer) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}
+
+
+@pytest.fixture(scope="module")
+def unplaced_losses(tmp_path_factory):
+    """The loss logs of the 20-step training below without any placement callback (the baseline)."""
+    trainer = _trainer(tmp_path_factory.mktemp("baseline"), [], max_steps=20, logging_steps=5)
+    trainer.train()
+    return _losses(trainer)
+
+
+@pytest.mark.parametrize("every", [10, 3], ids=["every-multiple-of-logging", "every-coprime-with-logging"])
+def test_placements_leave_every_loss_log_as_without_the_callback(world, tmp_path, unplaced_losses, every):
+    # `trainer.log` runs the Trainer's on_log handler, which clears control.should_log: at a placement on a logging
+    # step the step's loss log (and, under data parallelism, its collective loss gather) was skipped on this
+    # process alone. The callback puts every flag back: the losses are those of a training without it.
+    from flasheval.integrations.transformers import PlacementCallback
+
+    placement = PlacementCallback(world["reference"], run=tmp_path / "run", every=every, plan=world["plan"])
+    trainer = _trainer(tmp_path, [placement], max_steps=20, logging_steps=5)
+    placement.set_trainer(trainer)
+    trainer.train()
+    assert sorted(placement.placements) == list(range(every, 21, every))
+    assert sorted(unplaced_losses) == [5, 10, 15, 20]
+    assert _losses(trainer) == unplaced_losses  # every loss log present, each the same number
+    steps = [e["step"] for e in trainer.state.log_history if "flasheval/rank" in e]
+    assert steps == list(range(every, 21, every))
+
+
+def test_tensorboard_shows_the_placements_under_the_documented_tags(world, tmp_path):
+    # TensorBoardCallback (report_to="tensorboard") writes what trainer.log hands it, through transformers'
+    # rewrite_logs: every training log under "train/" (train/loss), so the placement's tags are train/flasheval/*.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from flasheval.integrations.transformers import PlacementCallback
+
+    placement = PlacementCallback(world["reference"], run=tmp_path / "run", every=2, plan=world["plan"])
+    trainer = _trainer(tmp_path, [placement], report_to="tensorboard", logging_steps=2)
+    placement.set_trainer(trainer)
+    trainer.train()  # events under OUTPUT_DIR/runs/ (TensorBoardCallback's default folder)
+    events = EventAccumulator(str(next((tmp_path / "trainer").rglob("events.out.tfevents.*")).parent))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    for name in ("rank", "rank_lo", "rank_hi", "tier", "examples", "tokens", "resolved", "seconds"):
+        assert f"train/flasheval/{name}" in tags, (name, tags)
+    ranks = {e.step: e.value for e in events.Scalars("train/flasheval/rank")}
+    assert ranks == {step: placement.placements[step].rank for step in (2, 4)}
+    assert "train/loss" in tags  # the loss logs at the same steps are there too
+
+
+def test_a_placement_on_save_is_in_the_saved_checkpoints_trainer_state(world, tmp_path):
+    # on_save=True places before the Trainer writes the checkpoint (at the step it is about to save), so the
+    # checkpoint's trainer_state.json holds the placement: resume_from_checkpoint keeps it in log_history. A save
+    # decided after the step's callbacks (save_strategy="best", after an evaluation) is placed in on_save and
+    # written into that checkpoint's trainer_state.json.
+    from flasheval.integrations.transformers import PlacementCallback
+
+    for strategy, extra in (("steps", {"save_steps": 3}),
+                            ("best", {"eval_strategy": "steps", "eval_steps": 2, "metric_for_best_model": "loss",
+                                      "evaluate": True})):
+        folder = tmp_path / strategy
+        placement = PlacementCallback(world["reference"], run=folder / "run", on_save=True, plan=world["plan"])
+        trainer = _trainer(folder, [placement], save_strategy=strategy, **extra)
+        placement.set_trainer(trainer)
+        trainer.train()
+        saved = sorted((folder / "trainer").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        assert saved, strategy
+        for checkpoint in saved:
+            step = int(checkpoint.name.split("-")[1])
+            state = json.loads((checkpoint / "trainer_state.json").read_text())
+            placed = [e for e in state["log_history"] if "flasheval/rank" in e]
+            assert placed and placed[-1]["step"] == step, (strategy, step)
+            assert placed[-1]["flasheval/rank"] == placement.placements[step].rank
+
+
+def test_a_bf16_trainer_places_as_its_saved_weights_do(world, tmp_path):
+    # Trainer(bf16=True) prepares the model with accelerate's bf16 autocast wrapper around its forward, while its
+    # parameters stay float32. The callback scores the weights as they are (autocast off, wrapper put back): the same
+    # placement, example for example, as `flasheval place` of the checkpoint the Trainer saved at that step.
+    from flasheval.integrations.transformers import PlacementCallback
+
+    placement = PlacementCallback(world["reference"], run=tmp_path / "run", every=4, plan=world["plan"])
+    trainer = _trainer(tmp_path, [placement], bf16=True, save_strategy="steps", save_steps=4)
+    placement.set_trainer(trainer)
+    assert "forward" in vars(trainer.model) or trainer.accelerator.mixed_precision == "bf16"
+    trainer.train()
+    assert "forward" in vars(trainer.model)  # accelerate's autocast wrapper is still there for training
+    in_memory = placement.placements[4]
+    saved = flasheval.place(f"hf:{tmp_path / 'trainer' / 'checkpoint-4'}", world["reference"], plan=world["plan"],
+                            output=tmp_path / "saved")
+    assert in_memory.live.dtype == saved.live.dtype == "float32"
+    for key in ("rank", "interval", "tier", "status", "stages", "compute"):
+        assert in_memory.placement.to_json()[key] == saved.placement.to_json()[key], key
+    assert [e["score"] for e in in_memory.live.examples] == [e["score"] for e in saved.live.examples]
+    # The scores above are accuracies, which bf16 rarely flips on a tiny model: the log-likelihoods each stored is
+    # the sharp check (bf16 matrix products differ from float32 ones in their last bits and more).
+    from flasheval.engine.store import ResultStore
+
+    stored = [ResultStore(folder, fingerprint=run.live.fingerprint, writer=False).results()
+              for folder, run in ((tmp_path / "run" / "store", in_memory), (tmp_path / "saved" / "store", saved))]
+    assert stored[0].keys() == stored[1].keys() and stored[0]
+    for key, result in stored[0].items():
+        assert abs(result.logprob_sum - stored[1][key].logprob_sum) < 1e-4, key
