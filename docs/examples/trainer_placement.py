@@ -7,11 +7,13 @@ as one checkpoint of the run folder ``WORK_DIR/runs/MODE``, and logs rank, inter
 seconds through the Trainer's ``log`` (``state.log_history``, and every ``report_to`` integration; here
 ``LoggedMetrics`` stands in for them, first in the list as they are). The Trainer saves the same weights as
 ``checkpoint-N`` folders (what ``flasheval place --model hf:...`` or ``flasheval watch`` places from disk).
-Training goes on after each placement. The main process then renders the run's report: rank against step.
+Training goes on after each placement; every placement falls on a logging step (``logging_steps=5``), and the
+loss logs are those of the same training without the callback (mode ``none``). The main process then renders
+the run's report: rank against step.
 
 One process: ``python docs/examples/trainer_placement.py [TASK_DIR] [WORK_DIR]`` (default ``../shared/data/tasks``
 and ``./trainer-placement``; mode ``main`` only: ``all`` needs a process group). Data parallel on CPU (gloo), both
-modes in one launch (``--modes`` chooses)::
+modes in one launch (``--modes`` chooses; ``none`` trains without the callback, for comparison)::
 
     accelerate launch --multi_gpu --num_processes 2 docs/examples/trainer_placement.py TASK_DIR WORK_DIR
 
@@ -30,7 +32,7 @@ from pathlib import Path
 import flasheval
 from train_and_place import PLAN, build_small_reference, byte_tokenizer, tiny_llama
 
-STEPS, PLACE_EVERY, SEQUENCE = 30, 8, 32
+STEPS, PLACE_EVERY, LOGGING_STEPS, SEQUENCE = 20, 10, 5, 32
 TEXT = ("The cat sat on the mat because it was warm. A dog ran to the door when the bell rang. "
         "Rain fell all day, so the children stayed inside and read books. ") * 6
 
@@ -62,27 +64,31 @@ def logged_metrics_callback():
 
 
 def train(mode: str, root: Path, reference, plan, tokenizer, data) -> None:
-    """One training run of ``STEPS`` steps, placed every ``PLACE_EVERY`` steps with ``distributed=mode``."""
+    """One training run of ``STEPS`` steps, placed every ``PLACE_EVERY`` steps with ``distributed=mode`` (``none``:
+    no placement callback)."""
     from transformers import Trainer, TrainingArguments, default_data_collator
 
     from flasheval.integrations.transformers import PlacementCallback
 
     args = TrainingArguments(output_dir=str(root / mode), max_steps=STEPS, per_device_train_batch_size=2,
-                             learning_rate=3e-3, lr_scheduler_type="constant", logging_steps=5,
+                             learning_rate=3e-3, lr_scheduler_type="constant", logging_steps=LOGGING_STEPS,
                              save_strategy="steps", save_steps=PLACE_EVERY, save_only_model=True, use_cpu=True,
                              report_to="none", disable_tqdm=True, seed=0, dataloader_num_workers=0,
                              ddp_find_unused_parameters=False)
-    placement = PlacementCallback(reference, run=root / "runs" / mode, every=PLACE_EVERY, distributed=mode,
-                                  plan=plan)
+    placement = None if mode == "none" else PlacementCallback(reference, run=root / "runs" / mode, every=PLACE_EVERY,
+                                                              distributed=mode, plan=plan)
     seen = logged_metrics_callback()
     trainer = Trainer(model=tiny_llama(0), args=args, train_dataset=data, processing_class=tokenizer,
-                      data_collator=default_data_collator, callbacks=[seen, placement])
-    placement.set_trainer(trainer)
+                      data_collator=default_data_collator, callbacks=[seen] + ([placement] if placement else []))
+    if placement is not None:
+        placement.set_trainer(trainer)
     trainer.train()
     state = trainer.state
     logged = [entry for entry in state.log_history if any(key.startswith("flasheval/") for key in entry)]
+    losses = {entry["step"]: entry["loss"] for entry in state.log_history if "loss" in entry}
     seen_by = {"process": args.process_index, "world_size": args.world_size, "global_step": state.global_step,
-               "placed": sorted(placement.placements), "log_history": logged, "report_to": seen.logged}
+               "placed": sorted(placement.placements) if placement else [], "log_history": logged,
+               "report_to": seen.logged, "losses": losses}
     (root / mode / f"process-{args.process_index}.json").write_text(json.dumps(seen_by, indent=1), encoding="utf-8")
     if state.is_world_process_zero:
         for entry in logged:
@@ -109,7 +115,7 @@ def main(task_dir: Path, root: Path, modes: tuple[str, ...] | None = None) -> No
     data = training_data(tokenizer)
     for mode in modes:
         train(mode, root, reference, plan, tokenizer, data)
-        if setup.process_index == 0:
+        if setup.process_index == 0 and mode != "none":
             report = flasheval.render_report(root / "runs" / mode)
             print(f"{mode}: run report {report.markdown}")
 
@@ -119,7 +125,8 @@ if __name__ == "__main__":
     parser.add_argument("task_dir", nargs="?", default="../shared/data/tasks", type=Path)
     parser.add_argument("work_dir", nargs="?", default="trainer-placement", type=Path,
                         help="where the reference, the runs and the checkpoints go (every process: the same folder)")
-    parser.add_argument("--modes", help="comma-separated: main, all (default: both under a launch, main alone)")
+    parser.add_argument("--modes", help="comma-separated: main, all, none (default: main and all under a launch, "
+                        "main alone)")
     options = parser.parse_args()
     chosen = None if options.modes is None else tuple(m.strip() for m in options.modes.split(",") if m.strip())
     main(options.task_dir, options.work_dir, chosen)

@@ -94,6 +94,9 @@ def check_budget(budget: Budget, pool: ReferenceLeaderboard, plan: TierPlan, *, 
     """
     if not budget.capped:
         return
+    if replay and budget.max_seconds is not None:
+        raise InputError("a time budget caps the scoring of a live model; a replayed model scores nothing (its "
+                         "recorded scores are served)", field="--max-seconds")
     if replay and (budget.max_tokens is not None or budget.max_flops is not None):
         option, kind = ("--max-tokens", "token") if budget.max_tokens is not None else ("--max-flops", "FLOPs")
         if any(t is None for t in pool.n_tokens):

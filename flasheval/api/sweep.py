@@ -72,6 +72,9 @@ def _budget(budget: Any, n_parameters: float | None) -> Budget:
                          field="--budget-examples", allowed=["--budget-examples", "--budget-tokens", "--budget-flops"])
     if budget.max_flops is not None and n_parameters is None:
         raise InputError("a FLOPs budget needs --n-parameters", field="--budget-flops")
+    if budget.max_seconds is not None:
+        raise InputError("a time budget caps one placement (place, place_checkpoint, watch); a sweep's budget is "
+                         "shared by its checkpoints: give examples, tokens or FLOPs", field="max_seconds")
     return budget
 
 

@@ -88,6 +88,8 @@ def add_placement_options(parser: argparse.ArgumentParser, *, seed_help: str, bu
     parser.add_argument("--max-examples", type=int, help=f"budget: examples scored {budget} (> 0)")
     parser.add_argument("--max-tokens", type=int, help=f"budget: tokens processed {budget} (> 0)")
     parser.add_argument("--max-flops", type=float, help=f"budget: estimated FLOPs {budget} (> 0)")
+    parser.add_argument("--max-seconds", type=float, help=f"budget: wall seconds {budget}: a stage projected to end "
+                        "past it is not started (> 0; live models)")
     parser.add_argument("--n-parameters", type=float, help="model parameters, for the FLOPs estimate (> 0)")
 
 
@@ -138,14 +140,15 @@ def add_lmeval_live_options(parser: argparse.ArgumentParser) -> None:
 
 
 def budget_from(max_examples: int | None, max_tokens: int | None, max_flops: float | None, *,
+                max_seconds: float | None = None,
                 options: tuple[str, str, str] = ("--max-examples", "--max-tokens", "--max-flops")) -> Budget:
-    """The :class:`~flasheval.placement.results.Budget` of three options (validated where it is made).
+    """The :class:`~flasheval.placement.results.Budget` of the budget options (validated where it is made).
 
-    ``options``: the command's names for them (``sweep`` says ``--budget-examples`` ...): a refusal
+    ``options``: the command's names for the first three (``sweep`` says ``--budget-examples`` ...): a refusal
     names the option the user typed.
     """
     try:
-        return Budget(max_examples=max_examples, max_tokens=max_tokens, max_flops=max_flops)
+        return Budget(max_examples=max_examples, max_tokens=max_tokens, max_flops=max_flops, max_seconds=max_seconds)
     except InputError as exc:
         names = dict(zip(("--max-examples", "--max-tokens", "--max-flops"), options))
         raise InputError(exc.reason, field=names.get(exc.field or "", exc.field)) from None

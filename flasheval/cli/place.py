@@ -36,8 +36,8 @@ __all__ = ["register", "run", "DEFAULT_REPLAY_MODEL", "format_summary", "format_
 DEFAULT_REPLAY_MODEL = "meta/llama-3-70b"
 """Model placed by ``flasheval place`` with no arguments (held out of ``helm_lite``)."""
 
-RESULT_OPTIONS = ("tiers", "seed", "aggregate", "missing", "max_examples", "max_tokens", "max_flops", "n_parameters",
-                  "task_dir", "dtype", "include_path", "num_fewshot")
+RESULT_OPTIONS = ("tiers", "seed", "aggregate", "missing", "max_examples", "max_tokens", "max_flops", "max_seconds",
+                  "n_parameters", "task_dir", "dtype", "include_path", "num_fewshot")
 """The options whose non-default values give a placement its own default folder (they decide its result)."""
 
 
@@ -88,7 +88,7 @@ def format_summary(result: PlacementResult) -> str:
 def run(args: argparse.Namespace) -> int:
     from flasheval.api.models import resolve_model
 
-    budget = budget_from(args.max_examples, args.max_tokens, args.max_flops)
+    budget = budget_from(args.max_examples, args.max_tokens, args.max_flops, max_seconds=args.max_seconds)
     model = resolve_model(args.model)
     options = dict(plan=args.tiers, budget=budget, seed=args.seed, aggregate=args.aggregate, missing=args.missing,
                    n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,

@@ -133,7 +133,10 @@ def processes(distributed: str) -> Processes | None:
 
     state = Processes(num_processes=world, process_index=rank)
     hosts: list[Any] = [None] * world
-    with collective(state, "finding the processes of each machine"):
+    with collective(state, "the first collective of distributed='all' (finding the processes of each machine)",
+                    hint="distributed='all' is collective: every process of the group must make this same call at "
+                         "the same point (each process's Trainer callback; a training loop's call outside any "
+                         "`if rank == 0`); to place from one process alone, use distributed='main'"):
         dist.all_gather_object(hosts, socket.gethostname())
     here = [r for r, host in enumerate(hosts) if host == hosts[rank]]
     return Processes(num_processes=world, process_index=rank, local_num_processes=len(here),
@@ -155,17 +158,19 @@ def is_main(state: Any) -> bool:
 
 
 @contextmanager
-def collective(state: Any, what: str) -> Iterator[None]:
-    """Turn a failed or timed-out collective into one line saying what happened and what is kept."""
+def collective(state: Any, what: str, *, hint: str | None = None) -> Iterator[None]:
+    """Turn a failed or timed-out collective into one line saying what happened and what is kept (``hint``: the
+    likely cause, said first, for a collective whose failure has one)."""
     try:
         yield
     except RuntimeError as exc:  # torch.distributed.DistBackendError and gloo/NCCL errors are RuntimeErrors
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        cause = (f"{hint}; or another process died" if hint is not None
+                 else "another process died, failed or stopped answering")
         raise CollectiveError(
             f"process {state.process_index} of {state.num_processes} lost the other processes during {what} "
-            f"({reason}): another process died, failed or stopped answering, and the wait ended at the process "
-            "group's own timeout (set by whoever created the group); every round finished before is in the main "
-            "process's results store") from None
+            f"({reason}): {cause}, and the wait ended at the process group's own timeout (set by whoever created "
+            "the group); every round finished before is in the main process's results store") from None
 
 
 def from_main(state: Any, value: T, *, what: str = "a broadcast from the main process") -> T:

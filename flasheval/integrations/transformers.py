@@ -25,6 +25,7 @@ on first use.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +36,8 @@ from flasheval.engine.distributed import DISTRIBUTED, check_distributed
 from flasheval.errors import InputError
 
 __all__ = ["PlacementCallback", "placement_metrics", "METRIC_PREFIX"]
+
+logger = logging.getLogger(__name__)
 
 METRIC_PREFIX = "flasheval/"
 """What every logged name starts with."""
@@ -165,6 +168,8 @@ class _PlacementHooks:
                              "placement.set_trainer(trainer) with the Trainer it was given to, before train()",
                              field="PlacementCallback")
         check_distributed(self.distributed)
+        if self.distributed == "main" and state.is_world_process_zero and "max_seconds" not in self.place_kwargs:
+            _note_waiting()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Place at every multiple of ``every``; with ``on_save``, also at a step the Trainer is about to save
@@ -204,6 +209,19 @@ class _PlacementHooks:
         self._placements[step] = result
         _log_unsteered(self._trainer, control, placement_metrics(result, seconds=time.perf_counter() - start))
         return True
+
+
+def _note_waiting() -> None:
+    """Say once, as training begins, what a ``"main"`` placement costs the other processes of a job (none alone)."""
+    from flasheval.engine.process_group import caller_group
+
+    group = caller_group()
+    if group is not None and group[0] > 1:
+        timeout = "its timeout" if group[1] is None else f"its timeout, {group[1]:.0f} s"
+        logger.warning("note: PlacementCallback(distributed='main'): while process zero places, the other %d "
+                       "process(es) wait in their next collective, and the process group ends the job after %s: give "
+                       "max_seconds= below it to bound each placement, or distributed='all' to share the work",
+                       group[0] - 1, timeout)
 
 
 def _log_unsteered(trainer: Any, control: Any, metrics: dict[str, float]) -> None:

@@ -20,6 +20,7 @@ controllers of many checkpoints their next stage, round by round, under one tota
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -333,6 +334,7 @@ def place(
     aggregate: str | None = None,
     looks: LookPlan | None = None,
     on_stage: Callable[[StageRecord, int], None] | None = None,
+    started: float | None = None,
 ) -> PlacementResult:
     """Place a model on ``reference`` by escalating nested subsamples: a :class:`Controller` stepped to its end.
 
@@ -358,8 +360,13 @@ def place(
         it across seeds).
     on_stage
         Called with each stage's record and the plan's number of stages as the stage finishes (progress).
+    started
+        ``time.perf_counter()`` when the caller's placement began (default: now): ``budget.max_seconds`` counts
+        from it.
     """
     budget = budget or Budget()
+    started = time.perf_counter() if started is None else started
+    rate: float | None = None  # wall seconds per new example of the latest stage: projects the next one
     if looks is None:
         looks = plan_looks(reference, plan, budget=budget, aggregate=aggregate)
     controller = Controller(course(reference, plan, seed=seed, looks=looks, aggregate=aggregate), model_id=model_id,
@@ -367,12 +374,17 @@ def place(
     n_stages = len(plan.stages)
     while (request := controller.next_stage()) is not None:
         examples, tokens, flops = controller.projected(request)
-        over = budget.exceeded_by(examples=examples, tokens=tokens, flops=flops)
+        done = controller.n_examples
+        seconds = None if rate is None else time.perf_counter() - started + rate * (examples - done)
+        over = budget.exceeded_by(examples=examples, tokens=tokens, flops=flops, seconds=seconds)
         if over is not None:
             controller.halt(f"stage {request.stage + 1} would need {over}")
             logger.info("stage %d/%d: not started, %s: unresolved at budget", request.stage + 1, n_stages, over)
             break
+        stage_start = time.perf_counter()
         record = controller.take(request, score_request(scorer, reference.dataset_names, request))
+        if controller.n_examples > done:
+            rate = (time.perf_counter() - stage_start) / (controller.n_examples - done)
         logger.info(record.log_line(n_stages))
         if on_stage is not None:
             on_stage(record, n_stages)

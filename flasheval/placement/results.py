@@ -29,9 +29,15 @@ class Budget:
     """Tokens processed in total (needs a scorer that reports tokens)."""
     max_flops: float | None = None
     """Estimated FLOPs, ``2 x parameters x tokens`` (needs parameters and tokens)."""
+    max_seconds: float | None = None
+    """Wall seconds of one placement, from its call: a stage whose end is projected past it (the seconds so far
+    plus its new examples at the latest stage's seconds per example) is not started. The first stage always
+    runs (nothing projects it). Inside a training job: below the process group's timeout, which the other
+    processes' next collective waits for under ``distributed="main"``. Not reproducible from run to run, as
+    the machine's speed is not; not for sweeps (their budget is shared by many placements)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_examples", "max_tokens", "max_flops"):
+        for name in ("max_examples", "max_tokens", "max_flops", "max_seconds"):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -41,9 +47,10 @@ class Budget:
     @property
     def capped(self) -> bool:
         """Whether any cap is set (a run may then end before the rule stops it)."""
-        return any(v is not None for v in (self.max_examples, self.max_tokens, self.max_flops))
+        return any(v is not None for v in (self.max_examples, self.max_tokens, self.max_flops, self.max_seconds))
 
-    def exceeded_by(self, *, examples: int, tokens: float | None, flops: float | None) -> str | None:
+    def exceeded_by(self, *, examples: int, tokens: float | None, flops: float | None,
+                    seconds: float | None = None) -> str | None:
         """Which cap the projected totals would exceed, in words (``None`` when within budget)."""
         if self.max_examples is not None and examples > self.max_examples:
             return f"{examples} examples > budget {self.max_examples}"
@@ -51,6 +58,8 @@ class Budget:
             return f"~{tokens:.3g} tokens > budget {self.max_tokens:.3g}"
         if self.max_flops is not None and flops is not None and flops > self.max_flops:
             return f"~{flops:.3g} FLOPs > budget {self.max_flops:.3g}"
+        if self.max_seconds is not None and seconds is not None and seconds > self.max_seconds:
+            return f"~{seconds:.3g} s > budget {self.max_seconds:.3g} s"
         return None
 
 
@@ -145,9 +154,11 @@ class Timing:
     """
 
     wall_seconds: float
-    """The whole placement: the reference's checks, opening the model, every stage (record writing excluded)."""
+    """The whole placement: the reference's checks, opening the model, every stage (record writing and
+    :attr:`import_seconds` excluded)."""
     load_seconds: float
-    """Opening the model (config, tokenizer, fingerprint) and loading its weights."""
+    """Opening the model (config, tokenizer, fingerprint) and loading its weights (:attr:`import_seconds`
+    excluded)."""
     scoring_seconds: float
     """Seconds in the model's forward passes (the backend's ``forward_seconds``)."""
     scored_tokens: int
@@ -157,9 +168,13 @@ class Timing:
     part of :attr:`outside_model_seconds`."""
     full_tokens: float | None
     """Tokens of a full run (:attr:`Compute.full_tokens`)."""
+    import_seconds: float = 0.0
+    """The process's one-time start-up the placement paid apart from its own work: importing modules for the
+    first time in the process (torch, transformers, the model's architecture, lm-eval;
+    :mod:`~flasheval.placement.import_clock`). A later placement in the same process pays none."""
 
     def __post_init__(self) -> None:
-        for name in ("wall_seconds", "load_seconds", "scoring_seconds", "looks_seconds"):
+        for name in ("wall_seconds", "load_seconds", "scoring_seconds", "looks_seconds", "import_seconds"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -198,8 +213,8 @@ class Timing:
     def to_json(self) -> dict[str, Any]:
         """The record's ``timing`` entry: the measured fields and the derived ones."""
         names = ("wall_seconds", "load_seconds", "scoring_seconds", "scored_tokens", "looks_seconds", "full_tokens",
-                 "outside_model_seconds", "tokens_per_second", "full_scoring_seconds", "full_wall_seconds",
-                 "time_saving")
+                 "import_seconds", "outside_model_seconds", "tokens_per_second", "full_scoring_seconds",
+                 "full_wall_seconds", "time_saving")
         return {name: getattr(self, name) for name in names}
 
 

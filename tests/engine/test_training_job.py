@@ -182,3 +182,19 @@ def test_main_never_touches_torch_distributed():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert done.stdout.strip() == "False", done.stderr[-2000:]
+
+
+@pytest.mark.slow  # two processes importing torch and transformers; the "all" call waits up to the 10 s timeout
+def test_a_time_budget_past_the_groups_timeout_warns_and_all_called_alone_says_so(job_root):
+    worker = WORKER.with_name("_group_timeout_worker.py")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([*_command("torchrun"), str(worker), str(job_root)], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    got = json.loads((job_root / "timeout-rank0.json").read_text())
+    assert got["group"] == [2, 10.0], done.stderr[-3000:]  # read from the group the script made
+    assert any("max_seconds=20 is not below the process group's timeout" in w and "(10 s)" in w
+               for w in got["warnings"]), got["warnings"]
+    message = got["all_alone"]
+    assert "distributed='all' is collective: every process of the group must make this same call" in message, message
+    assert "distributed='main'" in message and "\n" not in message
+    assert [c.step for c in flasheval.read_run(job_root / "timeout-run").checkpoints] == [1]  # nothing of step 2

@@ -196,14 +196,24 @@ def _without_seconds(entry: dict) -> dict:
 
 @pytest.mark.slow
 def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
-    # 25 s idle, 60-90 s on a loaded 2-core machine: one launch (2 processes importing torch and transformers), two
-    # trainings of 30 steps with 3 placements each, then `flasheval watch --once` on the four saved checkpoints.
+    # 25 s idle, 60-90 s on a loaded 2-core machine: one launch (2 processes importing torch and transformers), three
+    # trainings of 20 steps (2 placements each in two of them), then `flasheval watch --once` on the saved checkpoints.
+    from flasheval.report.run_section import tier_text
     from tests.engine.test_distributed import launch, one_thread
 
     example = TRAINER
     root = world["root"]
-    launch(EXAMPLES / "trainer_placement.py", str(world["task_dir"]), str(root), timeout=240)
+    launch(EXAMPLES / "trainer_placement.py", str(world["task_dir"]), str(root), "--modes", "main,all,none",
+           timeout=240)
     steps = list(range(example.PLACE_EVERY, example.STEPS + 1, example.PLACE_EVERY))
+    # Every placement falls on a logging step (PLACE_EVERY a multiple of LOGGING_STEPS): both processes trained every
+    # step (rc 0, no collective mismatch at the loss gather), and the losses are those of the training without the
+    # callback ("none"), logged at every logging step.
+    assert all(step % example.LOGGING_STEPS == 0 for step in steps)
+    unplaced = json.loads((root / "none" / "process-0.json").read_text())["losses"]
+    assert sorted(map(int, unplaced)) == list(range(example.LOGGING_STEPS, example.STEPS + 1, example.LOGGING_STEPS))
+    for mode in MODES:
+        assert json.loads((root / mode / "process-0.json").read_text())["losses"] == unplaced, mode
     logged = {}
     for mode in MODES:
         seen = [json.loads((root / mode / f"process-{i}.json").read_text()) for i in (0, 1)]
@@ -244,8 +254,10 @@ def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
         folder = root / "runs" / mode
         report = (folder / "report.md").read_text(encoding="utf-8")
         assert "![Rank against step" in report and (folder / "figures" / "run-ranks.png").stat().st_size > 1000
-        for c in flasheval.read_run(folder).checkpoints:
-            assert f"| {c.step} | {c.model} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] | {c.tier} |" in report
+        history = flasheval.read_run(folder)
+        for c in history.checkpoints:
+            tier = tier_text(c, history.tiers)  # the tier within the pool's ranks
+            assert f"| {c.step} | {c.model} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] | {tier} |" in report
         assert "Rank against step" in (folder / "report.html").read_text(encoding="utf-8")
 
 
