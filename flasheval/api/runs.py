@@ -111,12 +111,23 @@ def _model(model: Any, tokenizer: Any, identity: str | None, default: str) -> An
 
 
 def _keep_record(run: Path, step: int, placed: PlaceRun) -> PlaceRun:
-    """Write step ``step``'s record; the same model placed again keeps the record it has."""
+    """Write step ``step``'s record; the same model placed again keeps the record it has.
+
+    The record's ``live`` entry carries the weights digest of what computed where it is known (an in-memory
+    model's; a spec's when compared with an in-memory record): a step placed again under another key (say the
+    saved copy, ``hf:PATH``, of weights placed in memory) is told apart from other weights by it.
+    """
+    from flasheval.engine.loading import compared_digests, placed_weights_digest
+
     path = record_path(run, step)
     payload = placed.to_json()
+    live, store = payload.get("live"), run / STORE_DIR
+    if isinstance(live, dict) and (digest := placed_weights_digest(live, store)) is not None:
+        live["weights_digest"] = digest
     if path.is_file():
         try:
-            before = record_fingerprint(read_record(path).payload)
+            earlier = read_record(path).payload
+            before = record_fingerprint(earlier)
         except InputError as exc:
             before = None
             logger.warning("note: %s; the step's record is replaced", exc)
@@ -125,8 +136,19 @@ def _keep_record(run: Path, step: int, placed: PlaceRun) -> PlaceRun:
             logger.info("step %d of run %s: the same model as its record (%s); record kept", step, run, now)
             return replace(placed, record_path=path)
         if before is not None:
-            logger.warning("note: step %d of run %s was placed before with other weights (fingerprint %s, now %s): "
-                           "its record is replaced", step, run, before[:12], now[:12])
+            was, digest = compared_digests(earlier.get("live"), live, store)
+            if digest is not None and isinstance(live, dict):
+                live["weights_digest"] = digest
+            if was is not None and was == digest:
+                logger.warning("note: step %d of run %s was placed before with the same weights (weights digest %s, "
+                               "as %s) under another key (fingerprint %s, now %s: source or settings differ), so they "
+                               "were scored afresh: its record is replaced", step, run, digest[:12],
+                               earlier["live"].get("spec"), before[:12], now[:12])
+            else:
+                known = f"weights digest {was[:12]}, now {digest[:12]}; " if was and digest else ""
+                logger.warning("note: step %d of run %s was placed before with other weights%s (%sfingerprint %s, "
+                               "now %s): its record is replaced", step, run, "" if known else " or settings", known,
+                               before[:12], now[:12])
     return replace(placed, record_path=write_record(path, kind="place", payload=payload))
 
 

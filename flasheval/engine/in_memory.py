@@ -10,9 +10,11 @@ While it is scored the model is in eval mode (dropout off) under ``torch.inferen
 :func:`scoring_mode` hands it back in the mode it came in. The model stays on its device and in
 its dtype: a reference pinned to another dtype is refused by the caller before any scoring.
 
-The identity alone never keys results: the fingerprint also holds a digest of the weights
-(:mod:`flasheval.engine.weights_digest`), so the same identity with other weights (a restarted run,
-an optimizer step since) is scored afresh, with one warning, never served the earlier weights' results.
+The identity alone never keys results: the fingerprint also holds a digest of what computes
+(:mod:`flasheval.engine.weights_digest`), read from the module the forward passes go through (a ``PeftModel``
+is scored and digested as itself: its active adapters; offloaded weights read where they live), so the same
+identity with other weights (a restarted run, an optimizer step since, another adapter) is scored afresh,
+with one warning, never served the earlier weights' results; a weight no one can read is refused.
 
 A model is checked when it is named (:func:`check_model`), each problem refused in one line naming the
 model's class: not a torch module, no ``transformers`` config, no language-modelling head (a bare
@@ -177,9 +179,10 @@ def in_memory_fingerprint(loaded: LoadedModel, *, max_length: int, scoring_versi
                           settings: RunSettings | None, digest: str | None = None) -> str:
     """The fingerprint its results are stored under: its identity, its weights and the settings that change numbers.
 
-    ``digest``: :func:`~flasheval.engine.weights_digest.weights_digest` of the weights now (``None``: left
-    out, the key of earlier releases). Without an identity, a random one: the results serve this call
-    and no other. ``settings``: the run settings (device type, attention, library versions, padding).
+    ``digest``: :func:`~flasheval.engine.weights_digest.weights_digest` of :attr:`LoadedModel.model` now, the
+    module the forward passes go through (``None``: left out, the key of earlier releases). Without an identity,
+    a random one: the results serve this call and no other. ``settings``: the run settings (device type,
+    attention, library versions, padding).
     """
     from flasheval.engine.fingerprint import model_fingerprint
 

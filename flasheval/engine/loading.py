@@ -15,11 +15,12 @@ from flasheval.engine.distributed import cached_runner, collective, is_main, lay
 from flasheval.engine.in_memory import LoadedModel, in_memory_fingerprint
 from flasheval.engine.specs import ModelSpec, NamedModel
 from flasheval.engine.store import CachedBackend, ResultStore
-from flasheval.engine.weights_digest import note_identity, weights_digest
-from flasheval.errors import InputError
+from flasheval.engine.weights_digest import digest_under, note_identity, weights_digest
+from flasheval.errors import BackendError, InputError
 from flasheval.hashing import stable_hash
 
-__all__ = ["open_backend", "open_model", "behind_store", "open_cached_backend", "n_parameters"]
+__all__ = ["open_backend", "open_model", "behind_store", "open_cached_backend", "n_parameters", "placed_weights_digest",
+           "compared_digests"]
 
 
 def open_backend(spec: ModelSpec, **options: Any) -> Backend:
@@ -74,14 +75,14 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
     key = {"max_length": length, "scoring_version": SCORING_VERSION}
     digest = None
     if model.identity is not None:  # without one the results serve this call only: nothing to tell apart
-        digest = _agreed(weights_digest(model.model), state)
-        if record_in is not None:
-            note_identity(record_in, model.identity, digest)
-    # No previous key: results stored before the weights' digest was part of the key cannot say which weights
-    # computed them, so none are adopted (an identity's first run with this release scores afresh).
+        digest = _agreed(weights_digest(model.model), state)  # the runner's: what the forward passes go through
+    fingerprint = in_memory_fingerprint(model, **key, settings=settings, digest=digest)
+    if digest is not None and record_in is not None:
+        note_identity(record_in, model.identity, digest, key=fingerprint)
+    # No previous key: results stored before the weights' digest was part of the key (or under a digest of
+    # another formula) cannot say which weights computed them, so none are adopted: they are scored afresh.
     return HFBackend(model.model, model.tokenizer, batch_size=batch_size, max_length=length,
-                     pad_multiple=settings.pad_multiple, previous_fingerprint=None,
-                     fingerprint=in_memory_fingerprint(model, **key, settings=settings, digest=digest))
+                     pad_multiple=settings.pad_multiple, previous_fingerprint=None, fingerprint=fingerprint)
 
 
 def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int | None, max_length: int | None,
@@ -150,3 +151,48 @@ def n_parameters(backend: Backend) -> int | None:
     """Parameters of a backend's model (``None`` when it cannot tell): its :class:`~flasheval.engine.base.BackendInfo`'s
     (a deferred backend counted them on an empty copy, without loading its weights)."""
     return backend.info.n_parameters
+
+
+def placed_weights_digest(live: Any, store_dir: Path, *, load: bool = False) -> str | None:
+    """The weights digest (:func:`~flasheval.engine.weights_digest.weights_digest`) of what computed a place
+    record's results, from its ``live`` entry; ``None`` when it cannot be told.
+
+    The entry's own ``weights_digest`` when it has one. An in-memory model's: the digest its identity's record in
+    the store ``store_dir`` keeps for its fingerprint (:func:`~flasheval.engine.weights_digest.digest_under`). With
+    ``load``, an ``hf:`` spec's: its weights loaded on the CPU and digested (one load, one read of the weights), but
+    only when the model the spec names now, in the entry's dtype, has the entry's fingerprint (the same files and
+    run settings: the weights that computed). Anything else (``gguf:``, another fingerprint now): ``None``.
+    """
+    if not isinstance(live, dict):
+        return None
+    spec, fingerprint, digest = live.get("spec"), live.get("fingerprint"), live.get("weights_digest")
+    if isinstance(digest, str) or not isinstance(spec, str) or not isinstance(fingerprint, str):
+        return digest if isinstance(digest, str) else None
+    if spec.startswith("memory:"):
+        return digest_under(store_dir, spec.removeprefix("memory:"), fingerprint)
+    if not (load and spec.startswith("hf:")):
+        return None
+    from flasheval.engine.hf_loading import _from_pretrained, plan_hf_load
+    from flasheval.engine.specs import parse_model_spec
+
+    try:
+        parsed = parse_model_spec(spec)
+        plan = plan_hf_load(parsed.target, revision=parsed.revision, dtype=str(live.get("dtype", "auto")))
+        if plan.fingerprint != fingerprint:
+            return None
+        model = _from_pretrained("AutoModelForCausalLM", plan.source, None, plan.revision, config=plan.config,
+                                 dtype=plan.torch_dtype)
+    except (InputError, BackendError):
+        return None
+    return weights_digest(model)
+
+
+def compared_digests(before: Any, now: Any, store_dir: Path) -> tuple[str | None, str | None]:
+    """The weights digests of two place records' ``live`` entries (:func:`placed_weights_digest`), to tell whether
+    the same weights computed both: a spec's weights are loaded for it only when the other side's digest is known."""
+    was, digest = placed_weights_digest(before, store_dir), placed_weights_digest(now, store_dir)
+    if was is not None and digest is None:
+        digest = placed_weights_digest(now, store_dir, load=True)
+    elif digest is not None and was is None:
+        was = placed_weights_digest(before, store_dir, load=True)
+    return was, digest
