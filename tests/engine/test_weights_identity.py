@@ -196,6 +196,7 @@ def _example():
     return module
 
 
+@pytest.mark.slow  # builds a small live reference: about 10 s
 def test_the_saved_copy_of_weights_placed_in_memory_is_told_the_same_weights(tmp_path, task_dir, caplog):
     import flasheval
     from flasheval.cli import main
@@ -218,7 +219,8 @@ def test_the_saved_copy_of_weights_placed_in_memory_is_told_the_same_weights(tmp
         assert main(["place", "--model", f"hf:{tmp_path / 'saved'}", "--run", str(run), "--step", "10",
                      "--tiers", str(tmp_path / "plan.yaml")]) == 0
     notes = [r.getMessage() for r in caplog.records if "step 10 of run" in r.getMessage()]
-    assert len(notes) == 1 and "with the same weights (weights digest " in notes[0] and "as memory:run/step-10" in notes[0]
+    assert len(notes) == 1 and "with the same weights (weights digest " in notes[0]
+    assert "as memory:run/step-10) under another key" in notes[0]
     assert "other weights" not in notes[0] and notes[0].endswith("its record is replaced")
     saved = read_record(record).payload
     assert saved["live"]["spec"].startswith("hf:") and saved["live"]["weights_digest"] == in_memory["weights_digest"]
