@@ -209,7 +209,7 @@ _SCALING = {
 _RUN = {
     "name": "str", "reference_source": "str", "settings": "object", "settings.reference": "str",
     "settings.plan": "str", "settings.confidence_level": "number", "tiers": "list", "tiers[]": "object",
-    "tiers[].first": "int", "tiers[].last?": "int|null", "tiers[].resolution": "int",
+    "tiers[].first": "int", "tiers[].last?": "int|null", "tiers[].resolution": "int", "plan_spec?": "object",
 }
 
 _TOGETHER: Mapping[str, tuple[tuple[str, str], ...]] = MappingProxyType({"dior": (

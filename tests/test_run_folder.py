@@ -223,3 +223,34 @@ def test_checkpoints_are_found_with_their_step_and_complete_only_when_every_file
     waiting = {c.step: c.waiting_for for c in find_checkpoints(tmp_path, settle_seconds=5, now=now + 1)}
     assert waiting[700] == "its files to stop changing for 5 s"
     assert {c.step: c.complete for c in find_checkpoints(tmp_path, settle_seconds=5, now=now + 10)}[700]
+
+
+def test_a_run_keeps_the_plan_its_first_placement_was_given(tmp_path, capsys):
+    # `place --run` used to need --tiers again (the reference was remembered, the plan was not: a plan file's name
+    # matched nothing and the default plan was refused as "other settings"). run.json keeps the plan whole.
+    from flasheval.cli import main
+
+    plan = flasheval.load_plan("lean")
+    from flasheval.placement.tiers import resolve_tier_plan
+
+    text = resolve_tier_plan("lean").read_text(encoding="utf-8")
+    custom = tmp_path / "my-plan.yaml"
+    custom.write_text(text.replace("name: lean", "name: my-plan"), encoding="utf-8")
+    run = tmp_path / "run"
+    assert main(["place", "--model", A, "--run", str(run), "--step", "1", "--reference", "helm_lite",
+                 "--tiers", str(custom), "-q"]) == 0
+    assert main(["place", "--model", B, "--run", str(run), "--step", "2", "-q"]) == 0  # neither --reference nor --tiers
+    history = flasheval.read_run(run)
+    assert history.plan == "my-plan" and [c.step for c in history.checkpoints] == [1, 2]
+    alone = flasheval.place(B, "helm_lite", plan=custom)
+    second = read_record(history.checkpoints[1].record_path).payload
+    assert second["stages"] == json.loads(json.dumps(alone.placement.to_json()))["stages"]
+    assert plan.stages == flasheval.load_plan(custom).stages
+    # Another plan under the same name (other stages) is refused, naming the plan.
+    custom.write_text(text.replace("name: lean", "name: my-plan").replace("n_resamples: 2000", "n_resamples: 300"),
+                      encoding="utf-8")
+    capsys.readouterr()
+    assert main(["place", "--model", B, "--run", str(run), "--step", "3", "--tiers", str(custom), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "field 'plan': this run's checkpoints are placed with plan 'my-plan' as its first placement gave it" in err
+    assert err.count("\n") == 1 and not (run / "checkpoints" / "step-3").exists()

@@ -18,13 +18,14 @@ from typing import Any
 from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.options import engine_options
 from flasheval.api.place import PlaceRun, place
-from flasheval.api.resolve import live_options, resolve_plan, resolve_reference
+from flasheval.api.resolve import live_options, resolve_budget, resolve_plan, resolve_reference
 from flasheval.engine.in_memory import LoadedModel, is_transformers_model
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import prepare_scoring
 from flasheval.checks import check_name
 from flasheval.placement.run_coverage import check_n_checkpoints, simultaneous_level, split_level
 from flasheval.placement.run_folder import (
+    RUN_FILE,
     STORE_DIR,
     RunCheckpoint,
     RunHistory,
@@ -36,7 +37,7 @@ from flasheval.placement.run_folder import (
     record_fingerprint,
     record_path,
 )
-from flasheval.placement.tiers import TierPlan
+from flasheval.placement.tiers import TierPlan, plan_from_json, plan_to_json
 from flasheval.records import prepare_output, read_record, write_record
 from flasheval.reference import ReferenceLeaderboard
 
@@ -79,9 +80,11 @@ def _source(reference: Any, ref: ReferenceLeaderboard) -> str:
     return str(ref.path) if ref.path is not None else ref.name
 
 
-def _run_payload(name: str, ref: ReferenceLeaderboard, source: str, plan: TierPlan, level: float, model: Any,
+def _run_payload(name: str, ref: ReferenceLeaderboard, source: str, plan: TierPlan, given: TierPlan, model: Any,
                  simultaneous: int | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``run.json``'s payload for this placement: the settings every checkpoint of the run must share."""
+    """``run.json``'s payload for this placement: the settings every checkpoint of the run must share (``plan``:
+    at the run's split level; ``given``: the plan as given, kept whole so that later placements may leave it out)."""
+    level = given.confidence_level
     if isinstance(model, ReplayModel):
         seed, dtype, engine = kwargs.get("seed") or 0, None, "replay"
     else:
@@ -96,7 +99,7 @@ def _run_payload(name: str, ref: ReferenceLeaderboard, source: str, plan: TierPl
                 "dtype": dtype, "engine": engine, "aggregate": kwargs.get("aggregate"),
                 "missing": kwargs.get("missing", "complete-models"), "simultaneous": simultaneous}
     return {"name": name, "reference_source": source,
-            "settings": settings, "plan_level": level,
+            "settings": settings, "plan_level": level, "plan_spec": plan_to_json(given),
             "tiers": [{"first": t.first, "last": t.last, "resolution": t.resolution} for t in tiers]}
 
 
@@ -108,6 +111,15 @@ def _model(model: Any, tokenizer: Any, identity: str | None, default: str) -> An
     if isinstance(resolved, LoadedModel) and resolved.identity is None:
         return replace(resolved, identity=default)
     return resolved
+
+
+def _run_plan(plan: Any, saved: dict[str, Any] | None, run: Path) -> TierPlan:
+    """The plan given; else the run's (its first placement's, kept whole in ``run.json``); else ``default``."""
+    if plan is not None or saved is None:
+        return resolve_plan("default" if plan is None else plan)
+    if "plan_spec" not in saved:  # a run folder written before run.json kept its plan: by the plan's name
+        return resolve_plan(saved["settings"]["plan"])
+    return plan_from_json(saved["plan_spec"], path=run / RUN_FILE)
 
 
 def _keep_record(run: Path, step: int, placed: PlaceRun) -> PlaceRun:
@@ -153,7 +165,8 @@ def _keep_record(run: Path, step: int, placed: PlaceRun) -> PlaceRun:
 
 
 def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any = None, tokenizer: Any = None,
-                     simultaneous: int | None = None, **place_kwargs: Any) -> PlaceRun:
+                     simultaneous: int | None = None, max_seconds: float | None = None,
+                     **place_kwargs: Any) -> PlaceRun:
     """Place one checkpoint of a training run into the run's folder: the hook for hand-written training loops.
 
     Every placement of a run lands in one folder (:mod:`flasheval.placement.run_folder`): ``run.json`` (the
@@ -178,6 +191,12 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
         (:func:`~flasheval.placement.run_coverage.split_level`), so the run's K intervals cover together
         with probability at least ``L``. ``None``: the run's K (given to its first placement), else each
         checkpoint's interval at the plan's level ``L``.
+    max_seconds
+        A time budget for this placement (``Budget.max_seconds``, added to ``budget``): a stage projected to end
+        past it is not started, and the placement ends ``unresolved at budget`` with its interval so far. Under
+        ``distributed="main"`` in a job of several processes the others wait in their next collective for the
+        whole placement, and the process group's timeout ends the job: keep it below that timeout (a warning says
+        when it is not, or when an earlier placement of the run took over half of it).
     **place_kwargs
         Every other keyword of :func:`flasheval.place` (``plan``, ``budget``, ``seed``, ``engine``,
         ``progress``, ``task_dir``, ``identity``, ...), forwarded unchanged; not ``output`` or ``store``
@@ -222,6 +241,8 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
     step = _check_step(step)
     if simultaneous is not None:
         check_n_checkpoints(simultaneous)
+    if max_seconds is not None:
+        place_kwargs["budget"] = replace(resolve_budget(place_kwargs.get("budget")), max_seconds=max_seconds)
     for name in _RUN_DECIDES:
         if name in place_kwargs:
             raise InputError("set by the run folder (its step's record and its shared store); give run= only",
@@ -236,11 +257,12 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
         simultaneous = saved["settings"].get("simultaneous")
     ref = resolve_reference(reference, missing=place_kwargs.get("missing", "complete-models"))
     resolved = _model(model, tokenizer, place_kwargs.pop("identity", None), f"{name}/step-{step}")
-    plan = resolve_plan(place_kwargs.pop("plan", "default"))
+    plan = _run_plan(place_kwargs.pop("plan", None), saved, folder)
     split = plan if simultaneous is None else split_level(plan, simultaneous)
-    payload = _run_payload(name, ref, _source(reference, ref), split, plan.confidence_level, resolved, simultaneous,
-                           place_kwargs)
+    payload = _run_payload(name, ref, _source(reference, ref), split, plan, resolved, simultaneous, place_kwargs)
     writer = _is_writer(place_kwargs.get("distributed"))
+    if place_kwargs.get("distributed", "main") == "main":
+        _warn_group_timeout(folder, resolve_budget(place_kwargs.get("budget")).max_seconds)
     with ExitStack() as stack:
         if writer:
             prepare_output(folder, field="run")
@@ -256,6 +278,31 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
     if simultaneous is not None:
         _beyond_plan(folder, simultaneous, split.confidence_level)
     return kept
+
+
+def _warn_group_timeout(run: Path, max_seconds: float | None) -> None:
+    """Warn, before a ``distributed="main"`` placement inside a job of several processes starts, when the time
+    budget is not below the process group's timeout, or, without one, when an earlier placement of the run took
+    over half of that timeout: the other processes wait for the whole placement in their next collective."""
+    from flasheval.engine.process_group import caller_group
+
+    group = caller_group()
+    if group is None or group[0] < 2 or group[1] is None:
+        return
+    processes, timeout = group
+    waiting = (f"under distributed='main' the other {processes - 1} processes wait in their next collective for the "
+               f"whole placement, and the process group's timeout ({timeout:.0f} s) ends the job if it outlasts it")
+    if max_seconds is not None:
+        if max_seconds >= timeout:
+            logger.warning("note: max_seconds=%g is not below the process group's timeout: %s; give a smaller "
+                           "max_seconds", max_seconds, waiting)
+        return
+    seconds = [c.seconds for c in read_run(run).checkpoints if c.seconds is not None] if read_settings(run) else []
+    if seconds and max(seconds) > timeout / 2:
+        logger.warning("note: a placement of run %s took %.0f s, over half the process group's timeout: %s; give "
+                       "max_seconds (below %.0f), place with distributed='all' (every process shares the work), or "
+                       "watch the saved checkpoints on spare GPUs (flasheval watch)", run, max(seconds), waiting,
+                       timeout)
 
 
 def _beyond_plan(run: Path, planned: int, level: float) -> None:

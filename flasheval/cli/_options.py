@@ -81,7 +81,8 @@ def progress_bar_from(args: argparse.Namespace) -> bool | None:
 def add_placement_options(parser: argparse.ArgumentParser, *, seed_help: str, budget: str) -> None:
     """The options of one placement: plan, seed, aggregate, missing-data policy, budget caps (``budget``: what they
     cap, e.g. ``"in total"``), parameters (``place`` and ``watch``)."""
-    parser.add_argument("--tiers", default="default", help="tier plan file or name under tiers/ (default: %(default)s)")
+    parser.add_argument("--tiers", help="tier plan file or name under tiers/ (default: default; into a run folder: "
+                        "the run's, which its first placement was given)")
     parser.add_argument("--seed", type=int, help=seed_help)
     parser.add_argument("--aggregate", choices=AGGREGATES, help="default: the reference's")
     parser.add_argument("--missing", choices=MISSING_POLICIES, default="complete-models")

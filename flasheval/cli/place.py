@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
                 raise InputError("not with --run (the run folder holds the record and the results)", field=flag)
         outcome = place_checkpoint(model, run=args.run, step=args.step, reference=args.reference, **options)
     else:
+        options["plan"] = "default" if args.tiers is None else args.tiers
         reference = load_reference("helm_lite" if args.reference is None else args.reference, missing=args.missing)
         output = args.output if args.output is not None else default_run_folder("place", reference.name,
                                                                                   model.model_id,

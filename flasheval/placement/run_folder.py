@@ -189,6 +189,10 @@ def check_settings(run: Path, saved: Mapping[str, Any], payload: Mapping[str, An
             raise InputError(f"this run's checkpoints are placed with {key} {before.get(key)!r}, this one with "
                              f"{now.get(key)!r}; a run keeps the settings of its first placement (give the same, or "
                              "place into a new run folder)", path=run / RUN_FILE, field=key)
+    if "plan_spec" in saved and "plan_spec" in payload and saved["plan_spec"] != payload["plan_spec"]:
+        raise InputError(f"this run's checkpoints are placed with plan {before.get('plan')!r} as its first placement "
+                         "gave it, this one with another plan of that name (other stages, tiers or options); leave the "
+                         "plan out to use the run's, or place into a new run folder", path=run / RUN_FILE, field="plan")
 
 
 def hold_run(run: Path, *, poll_seconds: float = 0.5) -> int:

@@ -79,7 +79,8 @@ from flasheval.placement.allocation import ALLOCATIONS
 from flasheval.stats.bootstrap import ESTIMATORS
 from flasheval.stats.sequential import pocock_level
 
-__all__ = ["STOP_RULES", "CORRECTIONS", "Tier", "TierPlan", "load_tier_plan", "resolve_tier_plan"]
+__all__ = ["STOP_RULES", "CORRECTIONS", "Tier", "TierPlan", "load_tier_plan", "resolve_tier_plan", "plan_to_json",
+           "plan_from_json"]
 
 STOP_RULES: tuple[str, ...] = ("window", "interval", "flash_helm")
 CORRECTIONS: tuple[str, ...] = ("none", "bonferroni", "geometric", "pocock", "calibrated")
@@ -357,3 +358,32 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
     )
     _check_structure(plan, path)
     return plan
+
+
+def plan_to_json(plan: TierPlan) -> dict[str, Any]:
+    """``plan`` as JSON values (what :func:`plan_from_json` reads back to an equal plan): a run folder keeps the
+    plan its first placement was given, so a later placement into the run may leave it out.
+
+    Examples
+    --------
+    >>> plan = load_tier_plan("default")
+    >>> plan_from_json(plan_to_json(plan)) == plan
+    True
+    """
+    import json
+    from dataclasses import asdict
+
+    return json.loads(json.dumps(asdict(plan)))  # tuples as lists: equal to what run.json reads back
+
+
+def plan_from_json(raw: Any, *, path: Path | None = None, field: str = "plan_spec") -> TierPlan:
+    """The :class:`TierPlan` :func:`plan_to_json` wrote; :class:`ConfigError` (one line naming ``path`` and
+    ``field``) for anything else."""
+    try:
+        fields = dict(raw)
+        fields["stages"] = tuple(fields["stages"])
+        fields["tiers"] = tuple(Tier(**tier) for tier in fields["tiers"])
+        return TierPlan(**fields)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ConfigError(f"not a tier plan as flasheval writes one ({exc})", path=path, field=field) from None
+
