@@ -34,6 +34,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.engine.hf_loading": 1,
     "flasheval.engine.in_memory": 7,
     "flasheval.engine.journal": 5,
+    "flasheval.engine.mixed_precision": 5,
     "flasheval.engine.lockstep": 2,
     "flasheval.engine.planning": 6,
     "flasheval.engine.specs": 3,

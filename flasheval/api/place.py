@@ -37,6 +37,7 @@ from flasheval.placement.controller import plan_looks
 from flasheval.checks import check_output, check_seed
 from flasheval.placement.live_scoring import prepare_scoring
 from flasheval.placement.replay import ReplayScorer
+from flasheval.placement.import_clock import current_clock, load_windows, timing_imports
 from flasheval.placement.results import Budget, PlacementResult, StageRecord, Timing
 from flasheval.placement.tiers import TierPlan
 from flasheval.placement.looks import first_look
@@ -138,6 +139,7 @@ def _stage_reporter(report: Reporter) -> Any:
     return on_stage
 
 
+@timing_imports  # the process's one-time imports during the call: Timing.import_seconds, not wall_seconds
 def place(
     model: Any,
     reference: str | Path | ReferenceLeaderboard = "helm_lite",
@@ -262,9 +264,12 @@ def place(
     start = time.perf_counter()
     with ExitStack() as stack:
         store_dir = _store_dir(stack, resolved, output=output, store=store)
+        open_start = time.perf_counter()
         opened = setup.open(resolved, store_dir, options=options, state=state, n_params=n_parameters)
+        loads = [(open_start, time.perf_counter())]
         stack.callback(opened.close)
         watch_load(report, opened.backend, resolved.model_id)  # the weights load on the first request not stored
+        loads += load_windows(opened.backend)  # filled as the weights load (after watch_load: its report is kept)
         if isinstance(resolved, LoadedModel):
             stack.enter_context(scoring_mode(resolved.model))
         how = " ".join(filter(None, ("live", setup.describe())))
@@ -274,14 +279,18 @@ def place(
         looks_seconds = time.perf_counter() - looks_start
         result = run_placement(pool, opened.scorer, plan_, model_id=resolved.model_id, seed=setup.seed, budget=budget,
                                aggregate=aggregate, looks=looks, on_stage=_stage_reporter(report))
+        end, imports = time.perf_counter(), current_clock()  # first-time imports: the process's, not the placement's
+        load_seconds = max(0.0, opened.load_seconds - sum(imports.seconds_between(a, b) for a, b in loads))
         live = LivePlacement(engine=setup.engine, spec=resolved.text, fingerprint=opened.fingerprint, dtype=setup.dtype,
-                             settings=setup.record_settings(), load_seconds=opened.load_seconds,
-                             model_loaded=opened.is_loaded, seconds=time.perf_counter() - start,
+                             settings=setup.record_settings(), load_seconds=load_seconds,
+                             model_loaded=opened.is_loaded, seconds=end - start - imports.seconds_between(start, end),
                              requests_computed=opened.requests_computed, asked=tuple(opened.scorer.asked_json()),
                              examples=tuple(opened.scorer.examples_json()))
-        timing = Timing(wall_seconds=time.perf_counter() - wall_start, load_seconds=opened.load_seconds,
+        import_seconds = imports.seconds_between(wall_start, end)
+        timing = Timing(wall_seconds=end - wall_start - import_seconds, load_seconds=load_seconds,
                         scoring_seconds=opened.forward_seconds, scored_tokens=opened.forward_tokens,
-                        looks_seconds=looks_seconds, full_tokens=result.compute.full_tokens)
+                        looks_seconds=looks_seconds, full_tokens=result.compute.full_tokens,
+                        import_seconds=import_seconds)
     run = PlaceRun(placement=result, live=live, timing=timing, neighbours=_neighbours(pool, result, aggregate))
     if output is not None and report.is_main:
         path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json(), settings=settings)
