@@ -70,12 +70,16 @@ class RunCheckpoint:
     tokens: int | None
     full_tokens: float | None
     seconds: float | None
-    """Wall seconds of the placement (``None`` for a replayed model)."""
+    """Wall seconds of the placement's own work (``None`` for a replayed model); the process's one-time start-up
+    is :attr:`import_seconds` (records written before it was measured apart count it here)."""
     record_path: Path
     fingerprint: str | None = None
     """What keyed its results (live models; ``None`` for a replayed one)."""
     n_models: int = 0
     """Reference models in the pool it was placed among (ranks run from 1 to ``n_models + 1``)."""
+    import_seconds: float | None = None
+    """Seconds the placement spent importing modules for the first time in its process (torch, transformers,
+    the model's architecture: the first placement of a process pays them; ``None``: not in the record)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -225,7 +229,9 @@ def _checkpoint(step: int, path: Path) -> RunCheckpoint:
     if len(interval) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in interval):
         raise InputError(f"expected [low, high] ranks, got {interval!r}", path=path, field="payload.interval")
     timing, live = p.get("timing"), p.get("live")
-    seconds = None
+    seconds, imports = None, None
+    if isinstance(timing, Mapping) and "import_seconds" in timing:
+        imports = _field(p, "timing.import_seconds", (float, int), path)
     if isinstance(timing, Mapping) and "wall_seconds" in timing:
         seconds = _field(p, "timing.wall_seconds", (float, int), path, optional=True)
     elif isinstance(live, Mapping) and "seconds" in live:
@@ -240,7 +246,7 @@ def _checkpoint(step: int, path: Path) -> RunCheckpoint:
         full_tokens=_field(p, "compute.full_tokens", (float, int), path, optional=True),
         seconds=None if seconds is None else float(seconds), record_path=path,
         fingerprint=live.get("fingerprint") if isinstance(live, Mapping) else None,
-        n_models=_field(p, "n_models", (int,), path))
+        n_models=_field(p, "n_models", (int,), path), import_seconds=None if imports is None else float(imports))
 
 
 def read_run(run: str | os.PathLike[str]) -> RunHistory:

@@ -2,7 +2,10 @@
 
 The figure (:mod:`~flasheval.report.run_figure`) draws each checkpoint's rank and interval at its step, with
 the pool's tier boundaries as lines; the table gives step, rank, interval, tier, status, examples, tokens and
-seconds against a full run's examples and tokens (the saving), with the run's total in the last row.
+seconds against a full run's examples and tokens (the saving), with the run's total in the last row. The
+seconds are each placement's own work; the one-time start-up a process pays in its first placement (importing
+torch, transformers, the model's architecture) has its own column, so the first checkpoint is not shown as
+costing many times the others.
 
 Tiers are shown within the pool: a plan's tier is clipped to the ranks ``1..n_models + 1`` (``5-9`` on a
 6-rank pool reads ``5-6``; ``20+`` on a 25-rank pool reads ``20-25``) and a tier wholly beyond them is left
@@ -24,11 +27,15 @@ from flasheval.report.run_figure import run_ranks
 __all__ = ["run_blocks", "run_figure_data", "pool_tiers", "tier_text"]
 
 _HEADER = ("step", "model", "rank", "interval", "tier", "status", "examples", "full run", "saving", "tokens",
-           "full run tokens", "tokens saving", "seconds")
+           "full run tokens", "tokens saving", "seconds", "start-up seconds")
 
 
 def _ratio(full: float | None, spent: float | None) -> str:
     return "-" if not full or not spent else f"{full / spent:.1f}x"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _count(value: float | None) -> str:
@@ -86,7 +93,7 @@ def _row(c: RunCheckpoint, tiers: Sequence[Tier]) -> tuple[str, ...]:
     return (str(c.step), c.model, "-" if c.rank is None else str(c.rank), f"[{c.interval[0]}, {c.interval[1]}]",
             tier_text(c, tiers), c.status, str(c.examples), str(c.full_examples), _ratio(c.full_examples, c.examples),
             _count(c.tokens), _count(c.full_tokens), _ratio(c.full_tokens, c.tokens),
-            "-" if c.seconds is None else f"{c.seconds:.1f}")
+            _seconds(c.seconds), _seconds(c.import_seconds))
 
 
 def _total(checkpoints: Sequence[RunCheckpoint]) -> tuple[str, ...]:
@@ -96,9 +103,11 @@ def _total(checkpoints: Sequence[RunCheckpoint]) -> tuple[str, ...]:
     tokens = sum(c.tokens or 0 for c in checkpoints) if known else None
     full_tokens = sum(c.full_tokens or 0.0 for c in checkpoints) if known else None
     seconds = sum(c.seconds for c in checkpoints if c.seconds is not None)
+    imports = [c.import_seconds for c in checkpoints if c.import_seconds is not None]
     return ("all", f"{len(checkpoints)} checkpoints", "", "", "", "", str(examples), str(full), _ratio(full, examples),
             _count(tokens), _count(full_tokens), _ratio(full_tokens, tokens),
-            f"{seconds:.1f}" if any(c.seconds is not None for c in checkpoints) else "-")
+            f"{seconds:.1f}" if any(c.seconds is not None for c in checkpoints) else "-",
+            _seconds(sum(imports) if imports else None))
 
 
 def _coverage(history: RunHistory) -> str:

@@ -116,6 +116,9 @@ def _place_timing(t: Mapping[str, Any] | None) -> list[Block]:
     text = (f"Time {t['wall_seconds']:.1f} s: opening and loading the model {t['load_seconds']:.1f} s, forward passes "
             f"{t['scoring_seconds']:.1f} s, outside the model {t['outside_model_seconds']:.1f} s (of it fixing the looks "
             f"{t['looks_seconds']:.1f} s).")
+    if t.get("import_seconds"):
+        text += (f" Not counted: {t['import_seconds']:.1f} s of the process's one-time start-up (importing modules "
+                 "for the first time in it: a later placement in the same process does not pay them).")
     if t.get("full_wall_seconds") is not None:
         text += (f" A full run of these datasets: ~{t['full_wall_seconds']:.0f} s (loading {t['load_seconds']:.0f} s + "
                  f"{t['full_tokens']:,.0f} tokens at the measured {t['tokens_per_second']:.0f} tokens/s), "

@@ -164,3 +164,16 @@ def test_a_live_place_record_shows_its_time_and_a_full_runs_projected_time(tmp_p
     # 6,500 tokens at 1300 / 15.2 = 85.5 tokens/s: 76.0 s of forward passes, + 44.4 s of loading = 120 s
     assert ("A full run of these datasets: ~120 s (loading 44 s + 6,500 tokens at the measured 86 tokens/s), "
             "2.0x the placement's time.") in md
+
+
+def test_a_live_place_record_says_its_one_time_start_up_apart_from_its_time(tmp_path):
+    from flasheval.placement.results import Timing
+
+    payload = _place_payload(load_reference("helm_lite"))
+    payload["reference"] = "no_such_reference"
+    payload["timing"] = Timing(wall_seconds=0.5, load_seconds=0.1, scoring_seconds=0.3, scored_tokens=100,
+                               looks_seconds=0.0, full_tokens=500.0, import_seconds=4.4).to_json()
+    write_record(tmp_path / "place.json", kind="place", payload=payload)
+    md = render_report(tmp_path).markdown.read_text()
+    assert "Time 0.5 s: opening and loading the model 0.1 s" in md
+    assert "Not counted: 4.4 s of the process's one-time start-up" in md
