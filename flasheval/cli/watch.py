@@ -4,6 +4,11 @@ Places every checkpoint a training run saves into ``DIR`` (Hugging Face ``save_p
 as ``checkpoint-500``, ``*.gguf`` files with the step in their name), in step order, into one run folder
 (default ``DIR/flasheval-run``); ``--once`` places what is complete now and exits, otherwise it looks
 again every ``--poll`` seconds until Ctrl-C (exit code 130, every finished record kept).
+
+A checkpoint removed by the run's rotation before it is placed is skipped with one line; one that fails to
+load is recorded in ``RUN/failed.json`` with its reason and tried again at the next ``--retries`` looks; neither
+stops the others. ``--once`` exits 0 when every checkpoint complete now was placed or was gone, and 1 (the
+summary, then one error line naming each failed step and its reason) when one failed.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from flasheval.api.watch import DEFAULT_RUN_DIR, watch
+from flasheval.api.watch import DEFAULT_RUN_DIR, FAILED_FILE, UnplacedCheckpoint, unplaced_checkpoints, watch
 from flasheval.cli._options import (
     add_live_options,
     add_lmeval_live_options,
@@ -38,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--settle", type=float, default=60.0,
                         help="a checkpoint is placed once its files have not changed for this long (default: "
                              "%(default)s s)")
+    parser.add_argument("--retries", type=int, default=3,
+                        help="a checkpoint that fails to load is tried again at each of the next RETRIES looks "
+                             "(default: %(default)s; --once: tried once)")
     parser.add_argument("--simultaneous", type=int, metavar="K",
                         help="planned number of checkpoints: the level is split over K so that all K intervals "
                              "cover together")
@@ -52,16 +60,35 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run) if args.run is not None else Path(args.directory) / DEFAULT_RUN_DIR
     try:
         history = watch(args.directory, reference=args.reference, run=args.run, once=args.once, poll_seconds=args.poll,
-                        settle_seconds=args.settle, plan=args.tiers, simultaneous=args.simultaneous, seed=args.seed,
-                        aggregate=args.aggregate, missing=args.missing,
-                        budget=budget_from(args.max_examples, args.max_tokens, args.max_flops),
+                        settle_seconds=args.settle, retries=args.retries, plan=args.tiers,
+                        simultaneous=args.simultaneous, seed=args.seed, aggregate=args.aggregate, missing=args.missing,
+                        budget=budget_from(args.max_examples, args.max_tokens, args.max_flops,
+                                           max_seconds=args.max_seconds),
                         n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
                         num_fewshot=args.num_fewshot, engine=engine_from(args), progress=step_printer(args))
     except KeyboardInterrupt:
+        failed = [u for u in unplaced_checkpoints(run_dir) if not u.gone]
         print(f"flasheval: stopped watching; the {len(placed_steps(run_dir))} checkpoints placed are kept in {run_dir} "
-              "(run the same command to go on)", file=sys.stderr, flush=True)
+              f"(run the same command to go on){_failures(failed, run_dir)}", file=sys.stderr, flush=True)
         return 130
+    unplaced = unplaced_checkpoints(history.path)
+    failed = [u for u in unplaced if not u.gone]
+    gone = ", ".join(str(u.step) for u in unplaced if u.gone)
     print(f"run {history.name}: {len(history.checkpoints)} checkpoints placed (steps "
-          f"{', '.join(str(c.step) for c in history.checkpoints)}); record: {history.path}; "
-          f"`flasheval report {history.path}` draws rank against step")
+          f"{', '.join(str(c.step) for c in history.checkpoints)})"
+          + (f"; skipped, gone before placed: steps {gone}" if gone else "")
+          + (f"; failed: steps {', '.join(str(u.step) for u in failed)}" if failed else "")
+          + f"; record: {history.path}; `flasheval report {history.path}` draws rank against step", flush=True)
+    if failed:
+        print(f"flasheval: error: {len(failed)} checkpoint{'s' if len(failed) > 1 else ''} not placed"
+              f"{_failures(failed, history.path)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _failures(failed: list[UnplacedCheckpoint], run_dir: Path) -> str:
+    """``: step 30 (checkpoint-30): REASON; ... (recorded in RUN/failed.json)`` (``""``: none failed)."""
+    if not failed:
+        return ""
+    return (": " + "; ".join(f"step {u.step} ({u.checkpoint}): {u.reason}" for u in failed)
+            + f" (recorded in {run_dir / FAILED_FILE})")
