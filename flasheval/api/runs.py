@@ -242,7 +242,10 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
     if simultaneous is not None:
         check_n_checkpoints(simultaneous)
     if max_seconds is not None:
-        place_kwargs["budget"] = replace(resolve_budget(place_kwargs.get("budget")), max_seconds=max_seconds)
+        budget = resolve_budget(place_kwargs.get("budget"))
+        if budget.max_seconds is not None:
+            raise InputError("given twice: as max_seconds and as budget.max_seconds; give it once", field="max_seconds")
+        place_kwargs["budget"] = replace(budget, max_seconds=max_seconds)
     for name in _RUN_DECIDES:
         if name in place_kwargs:
             raise InputError("set by the run folder (its step's record and its shared store); give run= only",
@@ -297,7 +300,10 @@ def _warn_group_timeout(run: Path, max_seconds: float | None) -> None:
             logger.warning("note: max_seconds=%g is not below the process group's timeout: %s; give a smaller "
                            "max_seconds", max_seconds, waiting)
         return
-    seconds = [c.seconds for c in read_run(run).checkpoints if c.seconds is not None] if read_settings(run) else []
+    try:
+        seconds = [c.seconds for c in read_run(run).checkpoints if c.seconds is not None] if read_settings(run) else []
+    except InputError:  # a malformed record: the placement refuses it where it matters, not this note
+        seconds = []
     if seconds and max(seconds) > timeout / 2:
         logger.warning("note: a placement of run %s took %.0f s, over half the process group's timeout: %s; give "
                        "max_seconds (below %.0f), place with distributed='all' (every process shares the work), or "

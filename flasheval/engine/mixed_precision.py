@@ -97,6 +97,19 @@ def _device_type(model: Any) -> str:
     return "cpu" if first is None or first.device.type == "meta" else first.device.type
 
 
+def _ambient_dtype(device: str) -> str | None:
+    """The dtype of an autocast the caller has entered on ``device`` (``None``: none is on)."""
+    import torch
+
+    try:
+        on, dtype = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+    except (TypeError, AttributeError):  # torch < 2.4: the per-device functions had other names
+        cpu = device == "cpu"
+        on = torch.is_autocast_cpu_enabled() if cpu else torch.is_autocast_enabled()
+        dtype = torch.get_autocast_cpu_dtype() if cpu else torch.get_autocast_gpu_dtype()
+    return str(dtype).removeprefix("torch.") if on else None
+
+
 @contextmanager
 def without_autocast(model: Any, *, name: str = "the model") -> Iterator[MixedPrecision]:
     """Run the block with ``model``'s forward as its weights compute: no autocast wrapper, no caller's autocast.
@@ -129,8 +142,9 @@ def without_autocast(model: Any, *, name: str = "the model") -> Iterator[MixedPr
             stack.callback(setattr, module, "forward", vars(module)["forward"])
             module.forward = forward
         device = _device_type(model)
-        if torch.is_autocast_enabled(device):
-            found.ambient = str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+        ambient = _ambient_dtype(device)
+        if ambient is not None:
+            found.ambient = ambient
             stack.enter_context(torch.autocast(device, enabled=False))
         if found.wrapped or found.ambient:
             logger.info("%s: %s: scored as its weights are, autocast off for the scoring (put back after)", name,

@@ -365,3 +365,27 @@ def test_a_bf16_trainer_places_as_its_saved_weights_do(world, tmp_path):
     assert stored[0].keys() == stored[1].keys() and stored[0]
     for key, result in stored[0].items():
         assert abs(result.logprob_sum - stored[1][key].logprob_sum) < 1e-4, key
+
+
+def test_a_time_budget_ends_each_placement_unresolved_with_its_interval_so_far(world, tmp_path):
+    # max_seconds below what a second stage needs: each placement keeps its first stage's interval, is recorded
+    # "unresolved at budget" and logs resolved 0; training goes on.
+    from flasheval.integrations.transformers import PlacementCallback
+
+    placement = PlacementCallback(world["reference"], run=tmp_path / "run", every=2, plan=world["plan"],
+                                  max_seconds=1e-6)
+    trainer = _trainer(tmp_path, [placement])
+    placement.set_trainer(trainer)
+    trainer.train()
+    free = flasheval.place(trainer.model, world["reference"], tokenizer=trainer.processing_class,
+                           plan=world["plan"], budget=flasheval.Budget(max_examples=10**9))  # the same Pocock looks
+    assert len(free.placement.stages) > 1
+    last = placement.placements[4].placement
+    assert last.status == "unresolved at budget" and "s > budget" in last.reason
+    assert [s.interval for s in last.stages] == [free.placement.stages[0].interval]
+    history = flasheval.read_run(tmp_path / "run")
+    assert [(c.step, c.status) for c in history.checkpoints] == [(2, "unresolved at budget"), (4, "unresolved at budget")]
+    assert [e["flasheval/resolved"] for e in trainer.state.log_history if "flasheval/resolved" in e] == [0, 0]
+    with pytest.raises(flasheval.InputError, match="field 'max_seconds': given twice"):
+        flasheval.place_checkpoint(trainer.model, run=tmp_path / "run", step=6, tokenizer=trainer.processing_class,
+                                   max_seconds=5, budget=flasheval.Budget(max_seconds=9))
