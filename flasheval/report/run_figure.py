@@ -31,13 +31,13 @@ _POOL = "#1f77b4"
 
 
 def _draw_tiers(ax: Any, tiers: list[Mapping[str, Any]]) -> None:
-    """Dashed boundaries above every tier but the first, and each tier's label at its top, right of the axes."""
+    """Dashed boundaries above every tier but the first, and each tier's label beside its middle, right of the
+    axes (at its middle, not its edge: a one-rank tier 1 and the next tier's label would overlap on a large pool)."""
     for tier in tiers:
-        top = tier["first"] - 0.5
         if tier["first"] > 1:
-            ax.axhline(top, color=_POOL, ls="--", lw=0.8, alpha=0.6, gid="tier-boundary")
-        ax.text(1.0, top, f" tier {tier['label']}", transform=ax.get_yaxis_transform(), fontsize=6, va="top",
-                ha="left", color=_POOL, gid="tier-label")
+            ax.axhline(tier["first"] - 0.5, color=_POOL, ls="--", lw=0.8, alpha=0.6, gid="tier-boundary")
+        ax.text(1.0, (tier["first"] + tier["last"]) / 2, f" tier {tier['label']}", transform=ax.get_yaxis_transform(),
+                fontsize=6, va="center", ha="left", color=_POOL, gid="tier-label")
 
 
 def run_ranks_figure(run: Mapping[str, Any]) -> Figure:
