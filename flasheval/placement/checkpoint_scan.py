@@ -211,7 +211,13 @@ def short_file(path: Path) -> str:
     complete; a ``.safetensors`` or ``.gguf`` whose header cannot be read is left to its loader (``""``).
     """
     read = _gguf_length if path.name.endswith(".gguf") else _safetensors_length
-    with path.open("rb") as file:
+    try:
+        file = path.open("rb")
+    except FileNotFoundError:
+        raise  # removed while looking: not a checkpoint any more
+    except OSError:  # unreadable (permissions): its loader says so, and the watcher records it
+        return ""
+    with file:
         size = os.fstat(file.fileno()).st_size
         if size == 0:
             return f"{path.name} to be written (it is empty)"
