@@ -278,7 +278,7 @@ def place(
         looks = plan_looks(pool, plan_, budget=budget, aggregate=aggregate)
         looks_seconds = time.perf_counter() - looks_start
         result = run_placement(pool, opened.scorer, plan_, model_id=resolved.model_id, seed=setup.seed, budget=budget,
-                               aggregate=aggregate, looks=looks, on_stage=_stage_reporter(report))
+                               aggregate=aggregate, looks=looks, on_stage=_stage_reporter(report), started=wall_start)
         end, imports = time.perf_counter(), current_clock()  # first-time imports: the process's, not the placement's
         load_seconds = max(0.0, opened.load_seconds - sum(imports.seconds_between(a, b) for a, b in loads))
         live = LivePlacement(engine=setup.engine, spec=resolved.text, fingerprint=opened.fingerprint, dtype=setup.dtype,
@@ -303,8 +303,9 @@ def place_settings(reference: str, plan: str, seed: int | None, aggregate: str |
     """What decides a placement's result, kept in its record: a record in a folder is replaced only by a
     placement with the same settings, or with ``force`` (:func:`flasheval.records.check_replace`)."""
     return {"reference": reference, "plan": plan, "seed": seed or 0, "aggregate": aggregate, "missing": missing,
-            "budget": [budget.max_examples, budget.max_tokens, budget.max_flops], "n_parameters": n_parameters,
-            **live}
+            "budget": [budget.max_examples, budget.max_tokens, budget.max_flops,
+                       *([] if budget.max_seconds is None else [budget.max_seconds])],  # records before it: 3 caps
+            "n_parameters": n_parameters, **live}
 
 
 def _prepare(output: str | Path | None, model_id: str, settings: dict[str, Any], *, force: bool,
