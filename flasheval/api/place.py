@@ -279,23 +279,32 @@ def place(
         looks_seconds = time.perf_counter() - looks_start
         result = run_placement(pool, opened.scorer, plan_, model_id=resolved.model_id, seed=setup.seed, budget=budget,
                                aggregate=aggregate, looks=looks, on_stage=_stage_reporter(report), started=wall_start)
-        end, imports = time.perf_counter(), current_clock()  # first-time imports: the process's, not the placement's
-        load_seconds = max(0.0, opened.load_seconds - sum(imports.seconds_between(a, b) for a, b in loads))
-        live = LivePlacement(engine=setup.engine, spec=resolved.text, fingerprint=opened.fingerprint, dtype=setup.dtype,
-                             settings=setup.record_settings(), load_seconds=load_seconds,
-                             model_loaded=opened.is_loaded, seconds=end - start - imports.seconds_between(start, end),
-                             requests_computed=opened.requests_computed, asked=tuple(opened.scorer.asked_json()),
-                             examples=tuple(opened.scorer.examples_json()))
-        import_seconds = imports.seconds_between(wall_start, end)
-        timing = Timing(wall_seconds=end - wall_start - import_seconds, load_seconds=load_seconds,
-                        scoring_seconds=opened.forward_seconds, scored_tokens=opened.forward_tokens,
-                        looks_seconds=looks_seconds, full_tokens=result.compute.full_tokens,
-                        import_seconds=import_seconds)
+        live, timing = _measured(opened, setup, resolved, result, clock=(wall_start, start, looks_seconds),
+                                 loads=loads)
     run = PlaceRun(placement=result, live=live, timing=timing, neighbours=_neighbours(pool, result, aggregate))
     if output is not None and report.is_main:
         path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json(), settings=settings)
         run = replace(run, record_path=path)
     return run
+
+
+def _measured(opened: Any, setup: Any, model: Any, result: PlacementResult, *, clock: tuple[float, float, float],
+              loads: list[tuple[float, float]]) -> tuple[LivePlacement, Timing]:
+    """A live placement's record entries, its seconds without the process's first-time imports (``clock``: the
+    call's start, the model's opening, the looks' seconds; ``loads``: when weights were loading)."""
+    wall_start, start, looks_seconds = clock
+    end, imports = time.perf_counter(), current_clock()  # first-time imports: the process's, not the placement's
+    load_seconds = max(0.0, opened.load_seconds - sum(imports.seconds_between(a, b) for a, b in loads))
+    live = LivePlacement(engine=setup.engine, spec=model.text, fingerprint=opened.fingerprint, dtype=setup.dtype,
+                         settings=setup.record_settings(), load_seconds=load_seconds,
+                         model_loaded=opened.is_loaded, seconds=end - start - imports.seconds_between(start, end),
+                         requests_computed=opened.requests_computed, asked=tuple(opened.scorer.asked_json()),
+                         examples=tuple(opened.scorer.examples_json()))
+    import_seconds = imports.seconds_between(wall_start, end)
+    timing = Timing(wall_seconds=end - wall_start - import_seconds, load_seconds=load_seconds,
+                    scoring_seconds=opened.forward_seconds, scored_tokens=opened.forward_tokens,
+                    looks_seconds=looks_seconds, full_tokens=result.compute.full_tokens, import_seconds=import_seconds)
+    return live, timing
 
 
 def place_settings(reference: str, plan: str, seed: int | None, aggregate: str | None, missing: str, budget: Budget,
