@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.models import ReplayModel, resolve_model
-from flasheval.api.progress import ProgressCallback, Reporter, watch_load
+from flasheval.api.progress import ProgressCallback, Reporter, load_windows, watch_load
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.resolve import (
     REPLAY,
@@ -37,7 +37,7 @@ from flasheval.placement.controller import plan_looks
 from flasheval.checks import check_output, check_seed
 from flasheval.placement.live_scoring import prepare_scoring
 from flasheval.placement.replay import ReplayScorer
-from flasheval.placement.import_clock import current_clock, load_windows, timing_imports
+from flasheval.placement.import_clock import current_clock, timing_imports
 from flasheval.placement.results import Budget, PlacementResult, StageRecord, Timing
 from flasheval.placement.tiers import TierPlan
 from flasheval.placement.looks import first_look

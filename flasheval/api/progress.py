@@ -20,7 +20,7 @@ from typing import Any
 
 from flasheval.errors import InputError
 
-__all__ = ["Progress", "ProgressCallback", "check_progress", "Reporter", "watch_load"]
+__all__ = ["Progress", "ProgressCallback", "check_progress", "Reporter", "watch_load", "load_windows"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,3 +87,26 @@ def watch_load(report: Reporter, backend: Any, model_id: str) -> None:
     if isinstance(backend, DeferredBackend):
         backend.on_load = lambda seconds: report("load", f"loaded the weights of {model_id} in {seconds:.1f} s",
                                                  seconds=seconds)
+
+def load_windows(backend: Any) -> list[tuple[float, float]]:
+    """The ``(start, end)`` (``time.perf_counter``) of each weights load of ``backend``, filled in as they happen.
+
+    A backend opened without its weights (:class:`~flasheval.engine.deferred.DeferredBackend`) calls its
+    ``on_load(seconds)`` hook as the load ends; the hook already set (:func:`watch_load`'s report) is kept and
+    called after. A model already in memory loads nothing later: the list stays empty.
+    """
+    from flasheval.engine.deferred import DeferredBackend
+
+    windows: list[tuple[float, float]] = []
+    if not isinstance(backend, DeferredBackend):
+        return windows
+    before = backend.on_load
+
+    def on_load(seconds: float) -> None:
+        end = time.perf_counter()
+        windows.append((end - seconds, end))
+        if before is not None:
+            before(seconds)
+
+    backend.on_load = on_load
+    return windows

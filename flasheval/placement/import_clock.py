@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["ImportClock", "timing_imports", "current_clock", "load_windows"]
+__all__ = ["ImportClock", "timing_imports", "current_clock"]
 
 _BOOTSTRAP = importlib.import_module("importlib._bootstrap")
 _ORIGINAL: Callable[..., Any] | None = getattr(_BOOTSTRAP, "_find_and_load", None)
@@ -117,25 +117,3 @@ def timing_imports(func: F) -> F:
             return func(*args, **kwargs)
 
     return timed  # type: ignore[return-value]
-
-
-def load_windows(backend: Any) -> list[tuple[float, float]]:
-    """The ``(start, end)`` of each weights load of ``backend``, filled in as they happen.
-
-    A backend that loads its weights on its first request (:class:`~flasheval.engine.deferred.DeferredBackend`)
-    calls its ``on_load(seconds)`` hook as the load ends; the hook already set (progress reporting) is kept and
-    called after. A backend without the hook loads nothing later: the list stays empty.
-    """
-    windows: list[tuple[float, float]] = []
-    if not hasattr(backend, "on_load"):
-        return windows
-    before = backend.on_load
-
-    def on_load(seconds: float) -> None:
-        end = time.perf_counter()
-        windows.append((end - seconds, end))
-        if before is not None:
-            before(seconds)
-
-    backend.on_load = on_load
-    return windows

@@ -36,6 +36,7 @@ def bf16_prepared():
 
     model, _ = tiny_model_and_tokenizer(0, max_positions=64)
     plain = copy.deepcopy(model).eval()
+    AcceleratorState._reset_state(True)  # another test of this process may have made one already
     accelerator = Accelerator(mixed_precision="bf16", cpu=True)
     prepared = accelerator.prepare(model).eval()
     yield prepared, plain

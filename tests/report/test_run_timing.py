@@ -18,17 +18,8 @@ import pytest
 
 import flasheval
 from tests._tiny_models import save_tiny_models
+from tests.placement.test_timing import PLAN  # stages [4, all]: two looks
 
-PLAN = """name: two-looks
-stop_rule: interval
-confidence_level: 0.95
-correction: none
-estimator: control-variate
-n_resamples: 100
-stages: [4, all]
-tiers:
-  - {ranks: [1, null], resolution: maximal}
-"""
 
 SCRIPT = textwrap.dedent("""
     import json, sys, time
