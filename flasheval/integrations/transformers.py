@@ -144,6 +144,10 @@ class _PlacementHooks:
         if not isinstance(run, (str, Path)):
             raise InputError(f"expected a folder, got {type(run).__name__}", field="run")
         _check_place_kwargs(place_kwargs)
+        if place_kwargs.get("max_seconds") is not None:  # checked before training starts, not at its first placement
+            from flasheval.placement.results import Budget
+
+            Budget(max_seconds=place_kwargs["max_seconds"])
         self.reference, self.run, self.every, self.on_save_checkpoint = reference, Path(run), every, on_save
         self.distributed, self.tokenizer, self.place_kwargs = distributed, tokenizer, dict(place_kwargs)
         self._trainer: Any = None

@@ -87,3 +87,23 @@ def test_the_wrapper_is_put_back_when_scoring_fails(bf16_prepared):
             assert vars(prepared)["forward"] is not wrapper
             raise RuntimeError("boom")
     assert vars(prepared)["forward"] is wrapper
+
+
+def test_an_fp16_wrapper_built_as_accelerate_builds_it_on_a_gpu_is_off_while_scoring():
+    # On the CPU accelerate's fp16 leaves the forward alone (no native AMP there); on a GPU it wraps it as below:
+    # accelerate's own convert_outputs_to_fp32 over a torch.autocast decorator of the class's forward.
+    from types import MethodType
+
+    from accelerate.utils import convert_outputs_to_fp32
+
+    model, _ = tiny_model_and_tokenizer(3, max_positions=64)
+    model.eval()
+    reference = _logits(model)
+    model.forward = MethodType(convert_outputs_to_fp32(torch.autocast("cpu", dtype=torch.float16)(
+        model.forward.__func__)), model)
+    wrapped = _logits(model)
+    assert not torch.equal(wrapped, reference)
+    with without_autocast(model) as found:
+        assert torch.equal(_logits(model), reference)
+    assert found.wrapped == ["float16"]
+    assert torch.equal(_logits(model), wrapped)

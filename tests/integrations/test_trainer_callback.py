@@ -178,6 +178,7 @@ def test_all_without_a_process_group_is_refused_before_the_first_step(tmp_path):
     ({"every": 2, "identity": "run/x"}, "field 'identity': set by the callback for each placement (the Trainer's "
                                         "model, its global_step, the run's NAME/step-N)"),
     ({"every": 2, "plna": "default"}, "field 'plna': not a keyword of flasheval.place_checkpoint (allowed: aggregate, "),
+    ({"every": 2, "max_seconds": 0}, "field '--max-seconds': must be a positive number, got 0"),
 ])
 def test_bad_callback_options_are_one_line(kwargs, message):
     from flasheval.integrations.transformers import PlacementCallback
