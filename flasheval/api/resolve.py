@@ -19,8 +19,8 @@ from flasheval.placement.results import Budget
 from flasheval.placement.tiers import TierPlan, load_tier_plan
 from flasheval.reference import ReferenceLeaderboard, load_reference
 
-__all__ = ["resolve_reference", "resolve_plan", "resolve_budget", "check_n_parameters", "live_options",
-           "refuse_live_options", "check_budget", "REPLAY"]
+__all__ = ["resolve_reference", "resolve_plan", "resolve_budget", "refuse_time_budget", "check_n_parameters",
+           "live_options", "refuse_live_options", "check_budget", "REPLAY"]
 
 
 def resolve_reference(reference: Any, *, missing: str = "complete-models") -> ReferenceLeaderboard:
@@ -83,6 +83,13 @@ def refuse_live_options(why: str, **options: Any) -> None:
             raise InputError(f"applies to live {why}", field="--" + name.replace("_", "-"))
 
 
+def refuse_time_budget(budget: Budget) -> None:
+    """Refuse a time budget for a replayed model, which scores nothing (its recorded scores are served)."""
+    if budget.max_seconds is not None:
+        raise InputError("a time budget caps the scoring of a live model; a replayed model scores nothing (its "
+                         "recorded scores are served)", field="--max-seconds")
+
+
 def check_budget(budget: Budget, pool: ReferenceLeaderboard, plan: TierPlan, *, aggregate: str | None,
                  first_tokens: int | None = None, replay: bool = False, n_parameters: float | None = None) -> None:
     """Refuse, before a placement runs, a budget that cannot bind or that no stage fits in.
@@ -94,9 +101,8 @@ def check_budget(budget: Budget, pool: ReferenceLeaderboard, plan: TierPlan, *, 
     """
     if not budget.capped:
         return
-    if replay and budget.max_seconds is not None:
-        raise InputError("a time budget caps the scoring of a live model; a replayed model scores nothing (its "
-                         "recorded scores are served)", field="--max-seconds")
+    if replay:
+        refuse_time_budget(budget)
     if replay and (budget.max_tokens is not None or budget.max_flops is not None):
         option, kind = ("--max-tokens", "token") if budget.max_tokens is not None else ("--max-flops", "FLOPs")
         if any(t is None for t in pool.n_tokens):

@@ -18,7 +18,7 @@ from typing import Any
 from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.options import engine_options
 from flasheval.api.place import PlaceRun, place
-from flasheval.api.resolve import live_options, resolve_budget, resolve_plan, resolve_reference
+from flasheval.api.resolve import live_options, refuse_time_budget, resolve_budget, resolve_plan, resolve_reference
 from flasheval.engine.in_memory import LoadedModel, is_transformers_model
 from flasheval.errors import InputError
 from flasheval.placement.live_scoring import prepare_scoring
@@ -260,6 +260,8 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
         simultaneous = saved["settings"].get("simultaneous")
     ref = resolve_reference(reference, missing=place_kwargs.get("missing", "complete-models"))
     resolved = _model(model, tokenizer, place_kwargs.pop("identity", None), f"{name}/step-{step}")
+    if isinstance(resolved, ReplayModel):  # before the run folder is touched
+        refuse_time_budget(resolve_budget(place_kwargs.get("budget")))
     plan = _run_plan(place_kwargs.pop("plan", None), saved, folder)
     split = plan if simultaneous is None else split_level(plan, simultaneous)
     payload = _run_payload(name, ref, _source(reference, ref), split, plan, resolved, simultaneous, place_kwargs)

@@ -148,6 +148,9 @@ class _PlacementHooks:
             from flasheval.placement.results import Budget
 
             Budget(max_seconds=place_kwargs["max_seconds"])
+            if getattr(place_kwargs.get("budget"), "max_seconds", None) is not None:
+                raise InputError("given twice: as max_seconds and as budget.max_seconds; give it once",
+                                 field="max_seconds")
         self.reference, self.run, self.every, self.on_save_checkpoint = reference, Path(run), every, on_save
         self.distributed, self.tokenizer, self.place_kwargs = distributed, tokenizer, dict(place_kwargs)
         self._trainer: Any = None

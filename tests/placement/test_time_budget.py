@@ -78,3 +78,19 @@ def test_a_time_budget_is_refused_where_it_does_not_apply(capsys):
     with pytest.raises(flasheval.InputError, match="field '--max-seconds': must be a positive number"):
         flasheval.place_checkpoint("replay:meta/llama-3-70b", run="/nonexistent/run", step=1, reference="helm_lite",
                                    max_seconds=-3)
+
+
+def test_a_replayed_checkpoint_with_a_time_budget_is_refused_before_the_run_folder_is_touched(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(flasheval.InputError, match="field '--max-seconds': a time budget caps the scoring of a live"):
+        flasheval.place_checkpoint("replay:meta/llama-3-70b", run=run, step=1, reference="helm_lite", max_seconds=9)
+    assert not run.exists()
+    flasheval.place_checkpoint("replay:meta/llama-3-70b", run=run, step=1, reference="helm_lite")  # then it places
+
+
+def test_a_callback_given_the_time_budget_twice_is_refused_when_it_is_made():
+    pytest.importorskip("transformers")
+    from flasheval.integrations.transformers import PlacementCallback
+
+    with pytest.raises(flasheval.InputError, match="field 'max_seconds': given twice"):
+        PlacementCallback("helm_lite", run="runs/x", every=5, max_seconds=60, budget=Budget(max_seconds=30))
