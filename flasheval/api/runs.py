@@ -241,11 +241,11 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
     step = _check_step(step)
     if simultaneous is not None:
         check_n_checkpoints(simultaneous)
+    budget = resolve_budget(place_kwargs.get("budget"))
     if max_seconds is not None:
-        budget = resolve_budget(place_kwargs.get("budget"))
         if budget.max_seconds is not None:
             raise InputError("given twice: as max_seconds and as budget.max_seconds; give it once", field="max_seconds")
-        place_kwargs["budget"] = replace(budget, max_seconds=max_seconds)
+        budget = place_kwargs["budget"] = replace(budget, max_seconds=max_seconds)
     for name in _RUN_DECIDES:
         if name in place_kwargs:
             raise InputError("set by the run folder (its step's record and its shared store); give run= only",
@@ -261,13 +261,13 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
     ref = resolve_reference(reference, missing=place_kwargs.get("missing", "complete-models"))
     resolved = _model(model, tokenizer, place_kwargs.pop("identity", None), f"{name}/step-{step}")
     if isinstance(resolved, ReplayModel):  # before the run folder is touched
-        refuse_time_budget(resolve_budget(place_kwargs.get("budget")))
+        refuse_time_budget(budget)
     plan = _run_plan(place_kwargs.pop("plan", None), saved, folder)
     split = plan if simultaneous is None else split_level(plan, simultaneous)
     payload = _run_payload(name, ref, _source(reference, ref), split, plan, resolved, simultaneous, place_kwargs)
     writer = _is_writer(place_kwargs.get("distributed"))
     if place_kwargs.get("distributed", "main") == "main":
-        _warn_group_timeout(folder, resolve_budget(place_kwargs.get("budget")).max_seconds)
+        _warn_group_timeout(folder, budget.max_seconds)
     with ExitStack() as stack:
         if writer:
             prepare_output(folder, field="run")
