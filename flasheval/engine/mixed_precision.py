@@ -82,14 +82,15 @@ def autocast_wrapped(module: Any) -> tuple[Any, str] | None:
 
 
 def _modules(model: Any) -> list[Any]:
-    """``model`` and the modules its wrappers hold (DDP's ``module``, FSDP1's, compile's ``_orig_mod``)."""
-    seen: list[Any] = []
-    current = model
-    while current is not None and all(current is not m for m in seen) and len(seen) < _MAX_DEPTH:
-        seen.append(current)
-        current = next((getattr(current, a) for a in ("module", "_orig_mod") if a in getattr(current, "_modules", {})
-                        or a in getattr(current, "__dict__", {})), None)
-    return seen
+    """``model``, the module its forward passes go through and the ``transformers`` model inside
+    (:func:`~flasheval.engine.in_memory.unwrap`: DDP's ``module``, compile's ``_orig_mod``, FSDP1's), each once."""
+    from flasheval.engine.in_memory import unwrap
+
+    found: list[Any] = []
+    for module in (model, *unwrap(model)):
+        if all(module is not m for m in found):
+            found.append(module)
+    return found
 
 
 def _device_type(model: Any) -> str:
