@@ -231,7 +231,7 @@ def scoring_mode(model: Any) -> Iterator[None]:
     was_training = bool(model.training)
     model.eval()
     try:
-        with no_grad(model), without_autocast(model):
+        with no_grad(model), without_autocast(model, inside=unwrap(model)):
             yield
     finally:
         model.train(was_training)

@@ -18,7 +18,7 @@ touched, never a global flag, and nothing is changed when no autocast is found.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from types import MethodType
 from typing import Any
@@ -81,18 +81,6 @@ def autocast_wrapped(module: Any) -> tuple[Any, str] | None:
     return (MethodType(below, module) if bound else below), dtype
 
 
-def _modules(model: Any) -> list[Any]:
-    """``model``, the module its forward passes go through and the ``transformers`` model inside
-    (:func:`~flasheval.engine.in_memory.unwrap`: DDP's ``module``, compile's ``_orig_mod``, FSDP1's), each once."""
-    from flasheval.engine.in_memory import unwrap
-
-    found: list[Any] = []
-    for module in (model, *unwrap(model)):
-        if all(module is not m for m in found):
-            found.append(module)
-    return found
-
-
 def _device_type(model: Any) -> str:
     first = next(iter(model.parameters()), None)
     return "cpu" if first is None or first.device.type == "meta" else first.device.type
@@ -112,12 +100,12 @@ def _ambient_dtype(device: str) -> str | None:
 
 
 @contextmanager
-def without_autocast(model: Any, *, name: str = "the model") -> Iterator[MixedPrecision]:
+def without_autocast(model: Any, *, inside: Sequence[Any] = (), name: str = "the model") -> Iterator[MixedPrecision]:
     """Run the block with ``model``'s forward as its weights compute: no autocast wrapper, no caller's autocast.
 
-    Each module of ``model`` (and inside its wrappers) whose ``forward`` attribute wraps a ``torch.autocast``
-    decorator gets the forward under it for the block; an autocast the caller entered on the model's device
-    type is turned off for the block. Both are put back after, whatever happens in the block.
+    ``model`` and each module of ``inside`` (what its wrappers hold: :func:`~flasheval.engine.in_memory.unwrap`)
+    whose ``forward`` attribute wraps a ``torch.autocast`` decorator gets the forward under it for the block; an
+    autocast the caller entered on the model's device type is turned off for the block. Both are put back after, whatever happens in the block.
 
     Examples
     --------
@@ -134,7 +122,11 @@ def without_autocast(model: Any, *, name: str = "the model") -> Iterator[MixedPr
 
     found = MixedPrecision()
     with ExitStack() as stack:
-        for module in _modules(model):
+        modules: list[Any] = []
+        for module in (model, *inside):
+            if all(module is not m for m in modules):
+                modules.append(module)
+        for module in modules:
             unwrapped = autocast_wrapped(module)
             if unwrapped is None:
                 continue
