@@ -35,9 +35,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flasheval.engine.journal import append_lines, read_journal  # noqa: E402
-from flasheval.engine.store import ResultStore  # noqa: E402
-from flasheval.engine.store_shards import LEGACY_FILE, encode_record, shard_path  # noqa: E402
+from flasheval.engine.store.journal import append_lines, read_journal  # noqa: E402
+from flasheval.engine.store.results import ResultStore  # noqa: E402
+from flasheval.engine.store.shards import LEGACY_FILE, encode_record, shard_path  # noqa: E402
 from flasheval.hashing import stable_hash  # noqa: E402
 from flasheval.types import LoglikelihoodResult  # noqa: E402
 
@@ -77,7 +77,7 @@ def _build(tmp: Path, n_results: int) -> tuple[Path, Path, str, int]:
     return sharded, legacy, _fingerprint(0), n_present
 
 
-# --- the earlier release's loading loop, verbatim (flasheval/engine/store.py before shards), as the peer
+# --- the earlier release's loading loop, verbatim (flasheval/engine/store/results.py before shards), as the peer
 _KINDS = {"ll": LoglikelihoodResult}
 
 

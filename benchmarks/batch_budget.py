@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     budgets = [int(b) for b in args.budgets.split(",")]
     import torch
 
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
 
     torch.set_num_threads(args.threads)
     loaded = et.load(argparse.Namespace(dtype=args.dtype, device="cpu", batch_size=args.rows), args.model)

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flasheval.placement.simulation import synthetic_scores  # noqa: E402
+from flasheval.analysis.simulation import synthetic_scores  # noqa: E402
 from flasheval.placement.stop_rule import decide  # noqa: E402
 from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 from flasheval.stats.bootstrap import rank_distribution  # noqa: E402

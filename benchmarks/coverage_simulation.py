@@ -1,6 +1,6 @@
 """Coverage of the whole stop-when-confident procedure, by simulation, for every shipped plan and pool.
 
-Synthetic 2PL pools (:data:`flasheval.placement.simulation.SYNTHETIC_POOLS`: 10 to 300 models, 2 to
+Synthetic 2PL pools (:data:`flasheval.analysis.simulation.SYNTHETIC_POOLS`: 10 to 300 models, 2 to
 30 datasets, heterogeneous difficulty) with known full-data ranks; each repetition draws a fresh
 pool, holds one model out, places it with the plan and checks whether the interval reported at
 the stop covers its full-data rank (target: at least the plan's level minus one point), whether
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flasheval.placement.simulation import SYNTHETIC_POOLS, simulate_coverage  # noqa: E402
+from flasheval.analysis.simulation import SYNTHETIC_POOLS, simulate_coverage  # noqa: E402
 from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 
 

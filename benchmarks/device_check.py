@@ -1,7 +1,7 @@
 """Engine throughput on one device: flasheval's ``HFBackend`` against lm-eval's ``HFLM`` at 1B and 8B shapes.
 
 ``benchmarks/device_check.sh`` runs this on one GPU (an H200: at most 8 minutes). For each model, in
-one process, flasheval's :class:`~flasheval.engine.hf.HFBackend` and lm-eval 0.4.13's
+one process, flasheval's :class:`~flasheval.engine.hf.backend.HFBackend` and lm-eval 0.4.13's
 ``HFLM(pretrained=<the same loaded model>)`` score the same requests (the first N examples of
 flasheval's seeded order of HellaSwag and ARC-Easy, 10-shot prompts built by flasheval); it prints
 examples/s, tokens/s and each engine's fraction of the device's dense peak FLOP/s.
@@ -135,8 +135,8 @@ def random_llama(name: str, *, vocab_size: int, small: bool, dtype: str, device:
 
 def open_model(name: str, tokenizer: Any, args: argparse.Namespace) -> Any:
     """flasheval's backend over ``name``: a random-init Llama (SmolLM2's tokenizer) or the SmolLM2 GGUF."""
-    from flasheval.engine.hf import HFBackend
-    from flasheval.engine.hf_loading import load_hf_backend
+    from flasheval.engine.hf.backend import HFBackend
+    from flasheval.engine.hf.loading import load_hf_backend
 
     if name == "smollm2-135m":
         folder, gguf = et.model_location(name)
@@ -195,7 +195,7 @@ def random_models_tokenizer(folder: Path | None, dtype: str) -> Any:
         if not (folder / "tokenizer_config.json").is_file():
             raise et.BenchmarkError(f"--tokenizer {folder}: no tokenizer_config.json (make one with --save-tokenizer)")
         return AutoTokenizer.from_pretrained(str(folder))
-    from flasheval.engine.hf_loading import load_tokenizer, plan_hf_load
+    from flasheval.engine.hf.loading import load_tokenizer, plan_hf_load
 
     gguf_folder, gguf = et.model_location("smollm2-135m")
     return load_tokenizer(plan_hf_load(str(gguf_folder), gguf_file=gguf, dtype=dtype, device="cpu"))

@@ -5,7 +5,7 @@ default, a name that ``benchmarks/fetch_models.py`` assembled such as ``gemma3-2
 ``qwen2.5-coder-0.5b``, or a path to a GGUF file or a Hugging Face folder) and scores the SAME
 ``(context, continuation)`` requests (the first N examples of flasheval's seeded order of HellaSwag
 and ARC-Easy, 10-shot prompts built by flasheval) with both engines around that very torch module:
-flasheval's :class:`~flasheval.engine.hf.HFBackend` and lm-eval 0.4.13's
+flasheval's :class:`~flasheval.engine.hf.backend.HFBackend` and lm-eval 0.4.13's
 ``HFLM(pretrained=<the loaded model>, tokenizer=<a copy of its tokenizer>)``. Same dtype, device,
 batch size (rows per forward pass), maximum length and torch thread count; lm-eval is given
 ``softmax_dtype=float32`` so both take the log-softmax in float32 whatever the weights' dtype.
@@ -168,7 +168,7 @@ def model_location(name: str) -> tuple[Path, str | None]:
 
 def load(args: argparse.Namespace, model: str) -> Any:
     """The model, loaded once, in flasheval's backend (its torch module is lent to lm-eval)."""
-    from flasheval.engine.hf_loading import load_hf_backend
+    from flasheval.engine.hf.loading import load_hf_backend
 
     folder, gguf = model_location(model)
     return load_hf_backend(str(folder), gguf_file=gguf, dtype=args.dtype, device=args.device,

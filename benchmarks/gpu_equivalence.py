@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from flasheval.evaluation.selection import select_examples, task_requests
-from flasheval.engine.hf import HFBackend
-from flasheval.engine.hf_loading import load_hf_backend
+from flasheval.engine.hf.backend import HFBackend
+from flasheval.engine.hf.loading import load_hf_backend
 
 gguf, tasks = Path(sys.argv[1]), Path(sys.argv[2])
 backend = load_hf_backend(str(gguf.parent), gguf_file=gguf.name, dtype="float32", device="cuda", batch_size=32)

@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 
 import pandas as pd  # noqa: E402
 
-from flasheval.records import read_record, write_record  # noqa: E402
+from flasheval.records.run_record import read_record, write_record  # noqa: E402
 from flasheval.reference import load_reference, write_reference  # noqa: E402
 
 MODELS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")

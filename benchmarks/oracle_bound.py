@@ -41,10 +41,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flasheval.placement.backtest import backtest, full_data_ranks  # noqa: E402
-from flasheval.placement.simulation import synthetic_reference  # noqa: E402
+from flasheval.analysis.backtest import backtest, full_data_ranks  # noqa: E402
+from flasheval.analysis.simulation import synthetic_reference  # noqa: E402
 from flasheval.placement.tiers import TierPlan, load_tier_plan  # noqa: E402
-from flasheval.records import read_record  # noqa: E402
+from flasheval.records.run_record import read_record  # noqa: E402
 from flasheval.reference import ReferenceLeaderboard, load_reference  # noqa: E402
 from flasheval.stats.ranking import aggregate, rank_among  # noqa: E402
 

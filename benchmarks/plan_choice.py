@@ -5,7 +5,7 @@ Each candidate differs from ``tiers/default.yaml`` in one knob: the multiple-loo
 ``calibrated`` and the union bound ``bonferroni``), the
 look grid (x1.26 per look, 18 looks, against x1.5, 11 looks, and x1.12, 35 looks), the overall level
 (95% against 90%), the pool scaling (tiers scaled to the pool against the paper's tiers as written).
-Every row draws fresh synthetic pools (:data:`flasheval.placement.simulation.SYNTHETIC_POOLS`) with the
+Every row draws fresh synthetic pools (:data:`flasheval.analysis.simulation.SYNTHETIC_POOLS`) with the
 same seed; no real reference is read. Peer in the same run: the candidate with the paper's unscaled
 tiers, or the union bound.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flasheval.placement.simulation import SYNTHETIC_POOLS, simulate_coverage  # noqa: E402
+from flasheval.analysis.simulation import SYNTHETIC_POOLS, simulate_coverage  # noqa: E402
 from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Rank intervals of every reference model: coverage by simulation, width against two peers, cost at 4,000 models.
 
-1. Coverage (:func:`flasheval.placement.interval_simulation.simulate_interval_coverage`): synthetic pools whose
+1. Coverage (:func:`flasheval.analysis.interval_simulation.simulate_interval_coverage`): synthetic pools whose
    true means are known, dense (abilities spread 0.05) and sparse (spread 2.0), 10 to 1,000 models, 4 datasets
    of 150-400 examples; every seed's row. Columns: ``simult`` the share of pools where every model's true rank
    lies in its simultaneous interval (target: at least nominal minus one point); ``diffs`` the share where every
@@ -29,8 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flasheval.api.rank_intervals import rank_intervals  # noqa: E402
-from flasheval.placement.interval_simulation import SPREADS, simulate_interval_coverage  # noqa: E402
-from flasheval.placement.simulation import synthetic_reference  # noqa: E402
+from flasheval.analysis.interval_simulation import SPREADS, simulate_interval_coverage  # noqa: E402
+from flasheval.analysis.simulation import synthetic_reference  # noqa: E402
 from flasheval.reference import load_reference  # noqa: E402
 from flasheval.reference.intervals import aggregate_weights  # noqa: E402
 from flasheval.stats.rank_intervals import groups_from_intervals, linear_aggregate_replicates  # noqa: E402

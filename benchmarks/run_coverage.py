@@ -1,11 +1,11 @@
 """Coverage over a training run: per-checkpoint and simultaneous coverage, with and without the level split.
 
-A synthetic pool (:func:`flasheval.placement.simulation.synthetic_run`: 2PL, ``--n-models`` models,
+A synthetic pool (:func:`flasheval.analysis.simulation.synthetic_run`: 2PL, ``--n-models`` models,
 datasets of ``--sizes`` examples) and the 20 checkpoints of one training run, quality rising through the
 pool (its 5% to 95% quantiles), held out of the pool. Each run draws one seed and places every checkpoint
 with it by replay (the default plan, its own 95% per checkpoint) and, for K = 5, 10 and 20, the K
-checkpoints of :func:`~flasheval.placement.simulation.run_subset` with the level split
-(:func:`flasheval.placement.run_coverage.split_level`, 1 - 0.05 / K each). Printed per pool seed and K:
+checkpoints of :func:`~flasheval.analysis.simulation.run_subset` with the level split
+(:func:`flasheval.runs.coverage.split_level`, 1 - 0.05 / K each). Printed per pool seed and K:
 
 - per-checkpoint coverage (share of placements whose interval covers the checkpoint's full-data rank);
 - simultaneous coverage (share of runs where all K intervals cover), per checkpoint and split;
@@ -33,7 +33,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flasheval.placement.simulation import run_subset, simulate_run_coverage, synthetic_run  # noqa: E402
+from flasheval.analysis.simulation import run_subset, simulate_run_coverage, synthetic_run  # noqa: E402
 from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 
 SPLITS = (5, 10, 20)
@@ -81,8 +81,8 @@ def constants() -> None:
     """The looks' constant at the split levels, with the calibration's 4,000 paths and with ten times as many."""
     from flasheval.placement.calibration import calibrated_constant
     from flasheval.placement.looks import look_plan
-    from flasheval.placement.run_coverage import split_level
-    from flasheval.placement.simulation import SYNTHETIC_POOLS, synthetic_reference
+    from flasheval.runs.coverage import split_level
+    from flasheval.analysis.simulation import SYNTHETIC_POOLS, synthetic_reference
     from flasheval.placement.stop_rule import window_fits
 
     config = dict(SYNTHETIC_POOLS["70 models x 6 datasets"])

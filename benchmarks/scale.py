@@ -78,7 +78,7 @@ def _place_cold(n: int, r: int) -> tuple[float, float, Any]:
     """``(CPU s, wall s, PlaceRun)`` of ``flasheval.place`` of the model at ``n // 3`` of pool ``r`` (``n`` models),
     its calibration cold: an empty cache folder and an empty memo."""
     import flasheval
-    from flasheval.placement.simulation import synthetic_reference
+    from flasheval.analysis.simulation import synthetic_reference
 
     ref = synthetic_reference(n, POOL_SIZES, rng=r)
     held = ref.model_ids[n // 3]
@@ -124,8 +124,8 @@ def measure_placement(sizes: tuple[int, ...] = (200, 1000, 4000)) -> list[dict[s
     """Placement overhead per pool size, the calibration's share, a cached rerun, screened vs full constants."""
     from flasheval.placement import calibration, looks
     from flasheval.placement.controller import place, plan_looks
-    from flasheval.placement.replay import ReplayScorer
-    from flasheval.placement.simulation import synthetic_reference
+    from flasheval.reference.scoring.replay import ReplayScorer
+    from flasheval.analysis.simulation import synthetic_reference
     from flasheval.placement.tiers import load_tier_plan
 
     plan = load_tier_plan("default")
@@ -183,7 +183,7 @@ def measure_placement(sizes: tuple[int, ...] = (200, 1000, 4000)) -> list[dict[s
 def measure_backtest(sizes: tuple[int, ...] = (1000, 4000), k: int = 200) -> list[dict[str, Any]]:
     """``backtest(held_out=k)`` with the default methods on synthetic pools of ``sizes``."""
     from flasheval.api.backtest import backtest
-    from flasheval.placement.simulation import synthetic_reference
+    from flasheval.analysis.simulation import synthetic_reference
 
     rows, first = [], None
     for n in sizes:
@@ -203,7 +203,7 @@ def measure_backtest(sizes: tuple[int, ...] = (1000, 4000), k: int = 200) -> lis
 def _sweep_once(n_pool: int, n_checkpoints: int, budget_per_checkpoint: int) -> dict[str, Any]:
     import flasheval
     from flasheval.placement import controller as controller_module  # the looks of every sweep's controllers
-    from flasheval.placement.simulation import synthetic_reference
+    from flasheval.analysis.simulation import synthetic_reference
 
     ref = synthetic_reference(n_pool + n_checkpoints, SIZES, rng=2)
     rounds: list[tuple[int, float, float]] = []  # (round, seconds, of which the looks' bootstrap)

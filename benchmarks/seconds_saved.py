@@ -140,7 +140,7 @@ def _base(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.source == "random":
         tokenizer = random_tokenizer(args)
         return random_llama(args, NOISE_SEED, len(tokenizer)), tokenizer
-    from flasheval.engine.hf_loading import load_planned, plan_hf_load
+    from flasheval.engine.hf.loading import load_planned, plan_hf_load
 
     gguf = MODELS_DIR / f"{NOISY_BASE}.gguf"
     plan = plan_hf_load(str(gguf.parent), gguf_file=gguf.name, dtype=args.dtype, device=args.device)

@@ -2,7 +2,7 @@
 
 A live placement sends each stage's few new examples per task to the backend in one call; ``evaluate`` sends
 all of its requests in one. This replays the calls one placement made (its run record's ``asked`` list, stage
-by stage: one call per ``len(tasks)`` asks) with one model, through :class:`flasheval.engine.hf.HFBackend`:
+by stage: one call per ``len(tasks)`` asks) with one model, through :class:`flasheval.engine.hf.backend.HFBackend`:
 
 * ``stages``: one ``score_requests`` call per stage, as ``flasheval.place`` made them;
 * ``one call``: the same requests in one call, as ``flasheval.evaluate`` would send them;
@@ -61,7 +61,7 @@ def run(model, tokenizer, calls, packer: str) -> dict:
 
     import flasheval.engine.planning as planning
     from flasheval.engine.batching import pack_batches
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
     from flasheval.evaluation.evaluate import score_requests
 
     least_cost = planning.pack_groups
@@ -70,7 +70,7 @@ def run(model, tokenizer, calls, packer: str) -> dict:
         units = [planning.group_unit(g, packed) for g in groups]
         return [[groups[i] for i in b] for b in pack_batches(units, max_rows=max_rows, max_tokens=max_tokens)]
 
-    import flasheval.engine.hf as hf
+    import flasheval.engine.hf.backend as hf
 
     hf.pack_groups = greedy if packer == "greedy" else least_cost
     try:

@@ -36,7 +36,7 @@ would need its own calibration, and is not built).
 
 Run: ``python benchmarks/stop_rule_constant.py REFERENCE [--paths 4000] [--min-rank R]`` from the repo root;
 ``REFERENCE`` is a reference name or folder, or the start of a name in
-:data:`flasheval.placement.simulation.SYNTHETIC_POOLS` (e.g. ``"70 models"``).
+:data:`flasheval.analysis.simulation.SYNTHETIC_POOLS` (e.g. ``"70 models"``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from flasheval.errors import FlashevalError  # noqa: E402
 from flasheval.placement.allocation import allocation_variance, residual_spreads  # noqa: E402
 from flasheval.placement.calibration import brownian_paths, stop_miss_rates, top_limit_miss  # noqa: E402
 from flasheval.placement.looks import look_plan  # noqa: E402
-from flasheval.placement.simulation import SYNTHETIC_POOLS, synthetic_reference  # noqa: E402
+from flasheval.analysis.simulation import SYNTHETIC_POOLS, synthetic_reference  # noqa: E402
 from flasheval.placement.stop_rule import window_fits  # noqa: E402
 from flasheval.placement.tiers import load_tier_plan  # noqa: E402
 from flasheval.reference import ReferenceLeaderboard, load_reference  # noqa: E402

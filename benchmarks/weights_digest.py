@@ -1,4 +1,4 @@
-"""Cost of the in-memory weights digest (:mod:`flasheval.engine.weights_digest`) against a forward pass.
+"""Cost of the in-memory weights digest (:mod:`flasheval.engine.hf.weights_digest`) against a forward pass.
 
 The model: a Llama of SmolLM2-135M's shape (hidden 576, 30 layers, 9 heads / 3 key-value heads,
 intermediate 1536, vocabulary 49,152, tied embeddings: 134.5M parameters), float32, on CPU, its
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flasheval.engine.weights_digest import weights_digest  # noqa: E402
+from flasheval.engine.hf.weights_digest import weights_digest  # noqa: E402
 
 
 def smollm2_shaped_llama():

@@ -73,9 +73,9 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to
         sweep,
         watch,
     )
-    from flasheval.engine.in_memory import LoadedModel
+    from flasheval.engine.hf.in_memory import LoadedModel
     from flasheval.placement.results import Budget, PlacementResult
-    from flasheval.placement.sweep import SweepResult
+    from flasheval.sweeps.schedule import SweepResult
     from flasheval.placement.tiers import TierPlan
     from flasheval.placement.tiers import load_tier_plan as load_plan
     from flasheval.reference import ReferenceLeaderboard, load_reference
@@ -121,8 +121,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "TierPlan": ("flasheval.placement.tiers", "TierPlan"),
     "Budget": ("flasheval.placement.results", "Budget"),
     "PlacementResult": ("flasheval.placement.results", "PlacementResult"),
-    "SweepResult": ("flasheval.placement.sweep", "SweepResult"),
-    "LoadedModel": ("flasheval.engine.in_memory", "LoadedModel"),
+    "SweepResult": ("flasheval.sweeps.schedule", "SweepResult"),
+    "LoadedModel": ("flasheval.engine.hf.in_memory", "LoadedModel"),
 }
 
 __all__ = [*_LAZY, "FlashevalError", "InputError", "__version__"]

@@ -71,7 +71,7 @@ def check_name(value: object, *, field: str = "--name", what: str = "name") -> s
     """``value`` if it can name one folder: a non-empty string with no path separator, not ``.`` or ``..``,
     no leading or trailing space and no control character (the one rule for every name that becomes a folder:
     references built or imported, run names). Model ids (``org/model``) are not folder names: their folders
-    are made by :func:`flasheval.records.default_run_folder`.
+    are made by :func:`flasheval.records.run_record.default_run_folder`.
 
     >>> check_name("helm_lite")
     'helm_lite'

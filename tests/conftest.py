@@ -19,7 +19,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # Tests keep no calibrations on disk (they would land in ~/.cache); the cache's own tests turn it on in a
 # temporary folder. Subprocesses the tests start inherit this.
 os.environ["FLASHEVAL_CACHE"] = "off"
-# GGUF files converted once (flasheval/engine/gguf_cache.py) are shared by the whole run and later runs on this
+# GGUF files converted once (flasheval/engine/hf/gguf_cache.py) are shared by the whole run and later runs on this
 # machine: every real-model setup after the first reads safetensors instead of parsing the GGUF file three times.
 # Keyed by the file's SHA-256, so nothing stale is ever read.
 os.environ.setdefault("FLASHEVAL_GGUF_CACHE", os.path.join(tempfile.gettempdir(), f"flasheval-test-gguf-{os.getuid()}"))
@@ -111,7 +111,7 @@ def smollm_hf(tmp_path_factory) -> Path:
 
     Reading a GGUF costs about 15 s on 2 cores (transformers parses the file three times: config,
     tokenizer, weights); this folder loads in about a second. It is the GGUF cache's converted folder
-    (``$FLASHEVAL_GGUF_CACHE``, set above; ``flasheval/engine/gguf_cache.py``), so a run after the first
+    (``$FLASHEVAL_GGUF_CACHE``, set above; ``flasheval/engine/hf/gguf_cache.py``), so a run after the first
     parses nothing; with that cache off, a folder converted once per run. Tests of the GGUF path itself load the
     GGUF (``tests/engine/test_smollm.py``, ``tests/cli/test_evaluate_suites.py``); ``test_gguf_cache.py``
     checks a converted folder against a fresh parse bit for bit (tensors, tokenizer, logits), and
@@ -120,7 +120,7 @@ def smollm_hf(tmp_path_factory) -> Path:
     """
     from filelock import FileLock
 
-    from flasheval.engine.gguf_cache import content_key, converted_folder
+    from flasheval.engine.hf.gguf_cache import content_key, converted_folder
     from tests.engine.conftest import smollm_gguf
 
     gguf = smollm_gguf()
@@ -131,7 +131,7 @@ def smollm_hf(tmp_path_factory) -> Path:
     with FileLock(str(shared / "smollm2-135m-hf.lock")):
         if key is not None:
             if converted_folder(key, "float32") is None:
-                from flasheval.engine.hf_loading import load_hf_backend
+                from flasheval.engine.hf.loading import load_hf_backend
 
                 load_hf_backend(str(gguf.parent), gguf_file=gguf.name, dtype="float32", device="cpu")
             cached = converted_folder(key, "float32")

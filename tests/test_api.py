@@ -151,7 +151,7 @@ def test_the_table_commands_from_python_equal_the_commands(tmp_path, capsys):
 
     import pandas as pd
 
-    from flasheval.records import read_record
+    from flasheval.records.run_record import read_record
     from flasheval.tasks import load_suite
 
     gadre = load_suite("gadre-17")

@@ -18,7 +18,7 @@ import pytest
 
 import flasheval
 from flasheval.cli import main
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 
 ROOT = Path(__file__).resolve().parents[1]
 

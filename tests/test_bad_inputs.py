@@ -499,7 +499,7 @@ def test_replacing_a_record_says_so(tmp_path, monkeypatch, caplog, capsys):
 def test_a_summary_never_shows_none(tmp_path):
     from flasheval.cli.place import format_summary
     from flasheval.placement.controller import place
-    from flasheval.placement.replay import ReplayScorer
+    from flasheval.reference.scoring.replay import ReplayScorer
     from flasheval.placement.results import Budget
     from flasheval.placement.tiers import load_tier_plan
 

@@ -27,7 +27,7 @@ import pytest
 
 import flasheval
 from flasheval.cli import main
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from tests._tiny_models import save_tiny_models
 from tests.conftest import REPO_ROOT
 
@@ -76,7 +76,7 @@ def _no_weights(*args, **kwargs):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, task_dir):
     """Tiny models, a test plan and a reference built from m0 and m1 through the API (its events recorded)."""
-    import flasheval.placement.live_scoring as build  # where every live model is opened (build and placement)
+    import flasheval.reference.scoring.live as build  # where every live model is opened (build and placement)
 
     root = tmp_path_factory.mktemp("progress")
     models = save_tiny_models(root / "models")
@@ -109,7 +109,7 @@ def _place(world, output: Path, **kwargs):
 
 def test_each_stage_is_reported_before_the_next_is_scored_and_a_cached_rerun_loads_nothing(world, tmp_path,
                                                                                          monkeypatch):
-    import flasheval.placement.scorers as scorers
+    import flasheval.reference.scoring.scorers as scorers
 
     calls: list[int] = []
     real = scorers.score_requests
@@ -124,7 +124,7 @@ def test_each_stage_is_reported_before_the_next_is_scored_and_a_cached_rerun_loa
     assert [step for step, _, _ in seen][:2] == ["start", "load"]  # the weights loaded on the first stage
     assert first.live.model_loaded and first.live.requests_computed > 0
     # the same placement again: every request is in the output folder's store, so no weights load
-    monkeypatch.setattr("flasheval.engine.hf_loading.load_planned", _no_weights)
+    monkeypatch.setattr("flasheval.engine.hf.loading.load_planned", _no_weights)
     again = _place(world, tmp_path / "place")
     assert again.live.requests_computed == 0 and not again.live.model_loaded
     assert again.placement.stages == first.placement.stages
@@ -185,7 +185,7 @@ def test_held_out_text_advances_the_bar_within_one_unit_of_requests(world, bars,
 def test_a_generation_unit_stores_and_advances_per_batch():
     """The runner hands the backend a unit of ``batch_size`` requests; the backend's batches must show."""
     from flasheval.engine.base import BackendInfo
-    from flasheval.engine.distributed import DistributedBackend
+    from flasheval.engine.coordination.distributed import DistributedBackend
     from flasheval.types import GenerationRequest, GenerationResult
 
     class TwoPerBatch:
@@ -225,7 +225,7 @@ def test_a_cached_evaluate_rerun_loads_no_weights_and_prints_no_rates(world, tmp
     assert "loaded the weights of m1 in " in first
     records = (out / "examples.jsonl").read_text()
     n_parameters = read_record(out / "summary.json").payload["n_parameters"]  # counted on the loaded model
-    monkeypatch.setattr("flasheval.engine.hf_loading.load_planned", _no_weights)
+    monkeypatch.setattr("flasheval.engine.hf.loading.load_planned", _no_weights)
     assert main(_evaluate_argv(world, out)) == 0
     again = capsys.readouterr().out
     assert "all 20 requests served from the store (nothing computed)" in again
@@ -256,7 +256,7 @@ def test_quiet_place_prints_the_summary_only(world, tmp_path, capsys):
 
 
 def _synthetic_folder(root: Path, n_models: int = 6) -> Path:
-    from flasheval.placement.simulation import synthetic_reference
+    from flasheval.analysis.simulation import synthetic_reference
     from flasheval.reference import write_reference
 
     ref = synthetic_reference(n_models, [40, 60], rng=3)
@@ -267,7 +267,7 @@ def _synthetic_folder(root: Path, n_models: int = 6) -> Path:
 
 
 def test_backtest_reports_each_held_out_model_as_it_goes(tmp_path, monkeypatch, capsys):
-    import flasheval.placement.backtest as bt
+    import flasheval.analysis.backtest as bt
 
     placements: list[int] = []
     real = bt.place
@@ -297,7 +297,7 @@ def test_the_lm_eval_bar_advances_per_batch_and_respects_disable_tqdm(bars, tmp_
     pytest.importorskip("lm_eval", reason='lm-eval not installed: pip install -e ".[lm-eval]"')
     from types import SimpleNamespace
 
-    from flasheval.engine.store import CachedBackend, ResultStore
+    from flasheval.engine.store.results import CachedBackend, ResultStore
     from flasheval.lmeval.model import FlashevalLM
     from flasheval.types import LoglikelihoodResult
 

@@ -30,7 +30,7 @@ from flasheval.errors import FlashevalError, InputError
 from flasheval.placement.calibration_cache import CALIBRATION_VERSION, check_entry
 from flasheval.placement.results import Budget
 from flasheval.placement.tiers import load_tier_plan, resolve_tier_plan
-from flasheval.records import read_record, write_record
+from flasheval.records.run_record import read_record, write_record
 from flasheval.reference import load_reference, write_reference
 
 BAD = st.one_of(

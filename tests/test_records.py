@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from flasheval.errors import InputError
-from flasheval.records import SCHEMA_VERSION, read_record, write_record
+from flasheval.records.run_record import SCHEMA_VERSION, read_record, write_record
 
 
 def test_roundtrip_and_nan_becomes_null(tmp_path):

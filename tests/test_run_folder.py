@@ -13,8 +13,8 @@ import logging
 import pytest
 
 import flasheval
-from flasheval.placement.run_coverage import split_level
-from flasheval.records import read_record
+from flasheval.runs.coverage import split_level
+from flasheval.records.run_record import read_record
 
 A, B = "replay:meta/llama-3-70b", "replay:meta/llama-3-8b"
 
@@ -157,7 +157,7 @@ def test_a_second_placement_waits_for_the_one_holding_the_run_folder(run_dir, tm
     import threading
     import time
 
-    from flasheval.engine.store_shards import lock_folder
+    from flasheval.engine.store.shards import lock_folder
 
     run = shutil.copytree(run_dir, tmp_path / "copy")
     fd = lock_folder(run)  # another placement writing into the folder
@@ -194,7 +194,7 @@ def test_checkpoints_are_found_with_their_step_and_complete_only_when_every_file
     import json
     import os
 
-    from flasheval.placement.checkpoint_scan import find_checkpoints
+    from flasheval.runs.checkpoint_scan import find_checkpoints
 
     def folder(name, files):
         (tmp_path / name).mkdir()

@@ -25,7 +25,7 @@ import pytest
 import flasheval
 from flasheval.api.watch import unplaced_checkpoints
 from flasheval.cli import main
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = {"checkpoint-10": 10, "step-20": 20, "global_step30": 30}

@@ -18,11 +18,11 @@ from typing import Any
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.api.resolve import resolve_plan, resolve_reference
 from flasheval.errors import InputError
-from flasheval.placement.backtest import (ALL_METHODS, MAX_SEEDS, METHODS, BacktestResult, BacktestRow, SeedSummary, held_out_models,
+from flasheval.analysis.backtest import (ALL_METHODS, MAX_SEEDS, METHODS, BacktestResult, BacktestRow, SeedSummary, held_out_models,
                                           summarize_seeds)
-from flasheval.placement.backtest import backtest as run_backtest
+from flasheval.analysis.backtest import backtest as run_backtest
 from flasheval.checks import check_output, check_seed, name_list
-from flasheval.records import prepare_output, write_record
+from flasheval.records.run_record import prepare_output, write_record
 
 __all__ = ["BacktestRun", "backtest"]
 
@@ -91,18 +91,18 @@ def backtest(
     seeds
         Seeds to run (each a table; several also get per-seed figures with their mean and minimum).
     methods
-        Out of :data:`flasheval.placement.backtest.ALL_METHODS`; ``adaptive`` always runs (it sets the others' cost).
+        Out of :data:`flasheval.analysis.backtest.ALL_METHODS`; ``adaptive`` always runs (it sets the others' cost).
     aggregate, missing
         Aggregate over datasets (default: the reference's) and the missing-data policy.
     output
         Record file to write (``None``: none).
     progress
         Called with a :class:`~flasheval.api.progress.Progress` as every held-out model's placements finish
-        (step ``model``, its adaptive :class:`~flasheval.placement.backtest.BacktestRow` as ``detail``) and
-        after every seed (step ``seed``, its :class:`~flasheval.placement.backtest.BacktestResult`).
+        (step ``model``, its adaptive :class:`~flasheval.analysis.backtest.BacktestRow` as ``detail``) and
+        after every seed (step ``seed``, its :class:`~flasheval.analysis.backtest.BacktestResult`).
     held_out
         ``None``: leave-one-out (every model in turn). ``K``: K models spread over the ranking
-        (:func:`~flasheval.placement.backtest.held_out_models`, drawn per seed) leave the pool together and
+        (:func:`~flasheval.analysis.backtest.held_out_models`, drawn per seed) leave the pool together and
         are each placed against the rest: one pool, one calibration, K placements, for pools of
         thousands; shares come with their standard errors from K.
     force

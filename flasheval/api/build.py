@@ -1,9 +1,9 @@
 """``flasheval.build_reference``: score real models on the same examples and write a reference from them.
 
 The one path behind ``flasheval reference build``, for both engines: ``flasheval`` (DCLM-format
-task suites, :class:`~flasheval.placement.build_setups.TaskFileBuild`) and ``lm-eval`` (lm-eval tasks through
-lm-eval's task code, :class:`~flasheval.placement.build_setups.LmEvalTaskBuild`), scored by one loop
-(:func:`flasheval.placement.building.build_models`). Every check that needs no weights runs first; every
+task suites, :class:`~flasheval.reference.build_setups.TaskFileBuild`) and ``lm-eval`` (lm-eval tasks through
+lm-eval's task code, :class:`~flasheval.reference.build_setups.LmEvalTaskBuild`), scored by one loop
+(:func:`flasheval.reference.building.build_models`). Every check that needs no weights runs first; every
 model goes through one results store (a killed build resumes); the reference folder and the build log are
 written only once every model is scored, by the main process of a launch, with the same files and fields
 from either engine.
@@ -20,13 +20,13 @@ from typing import Any
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.checks import check_dtype, check_n_examples, check_name, check_output, check_seed
-from flasheval.engine.distributed import check_distributed, is_main, processes
+from flasheval.engine.coordination.distributed import check_distributed, is_main, processes
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
-from flasheval.placement.build_setups import LmEvalTaskBuild, TaskFileBuild
-from flasheval.placement.building import BuildSetup, build_models, write_build
-from flasheval.placement.live_scoring import LiveOptions
-from flasheval.records import prepare_output
+from flasheval.reference.build_setups import LmEvalTaskBuild, TaskFileBuild
+from flasheval.reference.building import BuildSetup, build_models, write_build
+from flasheval.reference.scoring.live import LiveOptions
+from flasheval.records.run_record import prepare_output
 from flasheval.reference import MANIFEST_FILE, ReferenceLeaderboard, load_reference, references_root
 from flasheval.tasks import load_live_tasks, load_suite
 

@@ -1,7 +1,7 @@
 """``flasheval.dior``: how reliable each benchmark design decision is on a reference (Perlitz et al.'s DIoR).
 
 The one path behind ``flasheval dior``: every value is checked here (an unknown decision is refused),
-then :func:`flasheval.placement.dior.run_dior` runs the decisions and the record is written.
+then :func:`flasheval.analysis.dior.run_dior` runs the decisions and the record is written.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 from flasheval.api.resolve import resolve_reference
 from flasheval.checks import check_counts, check_n_resamples, check_output, check_seed, name_list
 from flasheval.errors import InputError
-from flasheval.placement.dior import DEFAULT_SIZES, DiorReport, run_dior
-from flasheval.records import prepare_output, write_record
+from flasheval.analysis.dior import DEFAULT_SIZES, DiorReport, run_dior
+from flasheval.records.run_record import prepare_output, write_record
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.dior import DECISIONS
 
@@ -83,7 +83,7 @@ def dior(
     sizes
         Examples per dataset for the examples decision (each >= 1, none twice; sorted). A dataset with at most
         ``S`` examples is kept whole, so sizes past the largest dataset are tried as its size, with a note.
-        ``None``: :data:`~flasheval.placement.dior.DEFAULT_SIZES` up to the largest dataset.
+        ``None``: :data:`~flasheval.analysis.dior.DEFAULT_SIZES` up to the largest dataset.
     dataset_counts
         Datasets drawn with replacement for the datasets decision, each from 1 to :data:`MAX_DATASET_COUNT`
         (default: as many as the reference has).

@@ -18,8 +18,8 @@ from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter, watch_load
 from flasheval.api.resolve import REPLAY, refuse_live_options
 from flasheval.checks import check_model_id, check_n_examples, check_output, check_seed, name_list
-from flasheval.engine.distributed import check_distributed
-from flasheval.engine.in_memory import LoadedModel
+from flasheval.engine.coordination.distributed import check_distributed
+from flasheval.engine.hf.in_memory import LoadedModel
 from flasheval.engine.specs import NamedModel, check_model_files
 from flasheval.errors import InputError
 from flasheval.evaluation.dtype_comparison import check_compare_dtype
@@ -28,8 +28,8 @@ from flasheval.evaluation.heldout import load_heldout
 from flasheval.evaluation.selection import TaskPlan, plan_tasks, select_examples
 from flasheval.evaluation.workflow import (SUMMARY_FILE, EvaluationJob, EvaluationRun, EvaluationSummary, TaskScore,
                                            run_evaluation)
-from flasheval.placement.replay import replay_records
-from flasheval.records import check_replace, prepare_output, write_record
+from flasheval.reference.scoring.replay import replay_records
+from flasheval.records.run_record import check_replace, prepare_output, write_record
 
 __all__ = ["EvaluationRun", "EvaluationSummary", "TaskScore", "evaluate", "SUMMARY_FILE"]
 
@@ -67,7 +67,7 @@ def evaluate(
     ----------
     model
         ``"hf:PATH_OR_ID[@REV]"``, ``"gguf:FILE"``, ``"replay:REFERENCE/MODEL"`` (recorded scores), a
-        :class:`~flasheval.engine.in_memory.LoadedModel`, or a loaded ``transformers`` model with ``tokenizer=``.
+        :class:`~flasheval.engine.hf.in_memory.LoadedModel`, or a loaded ``transformers`` model with ``tokenizer=``.
     tokenizer, identity
         In-memory models: the tokenizer, and what keys the stored results with a digest of the weights (other
         weights under the same identity are scored afresh; none: kept for this call).
@@ -94,7 +94,7 @@ def evaluate(
         module -> device spreads each replica over its GPUs (under ``accelerate launch``, its slice of the
         node's), then CPU memory, then ``offload_folder`` on disk; ``max_memory`` caps devices
         (``"0=70GiB,cpu=200GiB"``); scores and fingerprint are those of a load on one device
-        (:mod:`flasheval.engine.device_map`). Not for in-memory models (``batch_size`` aside), which run as they
+        (:mod:`flasheval.engine.hf.device_map`). Not for in-memory models (``batch_size`` aside), which run as they
         are, nor (with ``task_dir`` and ``store``) for ``replay:`` models, which run nothing: given there, refused.
     progress
         Called with a :class:`~flasheval.api.progress.Progress` when the requests are planned (how many the

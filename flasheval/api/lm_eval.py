@@ -17,9 +17,9 @@ from typing import Any
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.checks import LOAD_DTYPES, check_dtype, check_limit, check_output, check_seed, name_list
 from flasheval.engine import check_model_files, parse_named_models
-from flasheval.engine.distributed import check_distributed, processes
+from flasheval.engine.coordination.distributed import check_distributed, processes
 from flasheval.errors import InputError
-from flasheval.records import default_run_folder
+from flasheval.records.run_record import default_run_folder
 
 __all__ = ["LmEvalRun", "lm_eval"]
 

@@ -6,7 +6,7 @@ else in one line:
 * :class:`ReplayModel` — ``"replay:MODEL_ID"``: a reference model's recorded scores (held out of the pool);
 * :class:`~flasheval.engine.specs.NamedModel` — ``"[NAME=]hf:PATH_OR_ID"`` / ``"[NAME=]gguf:FILE"``: weights
   loaded now, their results keyed by the weights' fingerprint;
-* :class:`~flasheval.engine.in_memory.LoadedModel` — a ``transformers`` model the caller holds (``tokenizer=``,
+* :class:`~flasheval.engine.hf.in_memory.LoadedModel` — a ``transformers`` model the caller holds (``tokenizer=``,
   ``identity=``), scored in place: nothing is written to disk for it.
 """
 
@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flasheval.engine.in_memory import LoadedModel, is_torch_module, is_transformers_model
+from flasheval.engine.hf.in_memory import LoadedModel, is_torch_module, is_transformers_model
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
-from flasheval.records import slug
+from flasheval.records.run_record import slug
 
 __all__ = ["ReplayModel", "Model", "resolve_model", "resolve_models", "SPEC_FORMS"]
 
@@ -46,7 +46,7 @@ def resolve_model(model: Any, *, tokenizer: Any = None, identity: str | None = N
     """What ``model`` names (module docstring); ``tokenizer``/``identity`` apply to transformers models only.
 
     Any torch module, and anything given with a ``tokenizer``, is taken for an in-memory model and checked
-    as one (:func:`~flasheval.engine.in_memory.check_model`: wrappers looked through, one line for a module
+    as one (:func:`~flasheval.engine.hf.in_memory.check_model`: wrappers looked through, one line for a module
     that is not a causal LM), so a DDP-wrapped model is scored and a bare ``LlamaModel`` refused by name.
     """
     ours = isinstance(model, (str, ReplayModel, NamedModel, LoadedModel))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.checks import LOAD_DTYPES, check_count, check_dtype
-from flasheval.engine.device_map import DeviceMap, device_map_from
+from flasheval.engine.hf.device_map import DeviceMap, device_map_from
 from flasheval.engine.devices import check_device
 from flasheval.errors import InputError
 
@@ -45,7 +45,7 @@ class EngineOptions:
     """Most tokens per sequence (default: the model's); ``evaluate`` and ``lm_eval`` only."""
     device_map: str | Mapping[Any, Any] | DeviceMap | None = None
     """A model larger than one GPU: ``auto``, ``balanced``, ``sequential`` or a mapping of module -> device
-    (:func:`flasheval.engine.device_map.device_map_from`)."""
+    (:func:`flasheval.engine.hf.device_map.device_map_from`)."""
     max_memory: str | Mapping[Any, Any] | None = None
     """With a ``device_map`` name: caps per device (``"0=70GiB,cpu=200GiB"``)."""
     offload_folder: str | Path | None = None

@@ -2,7 +2,7 @@
 
 The one live path behind ``flasheval place``: load and check the reference, hold the model out of
 the pool, open the model behind its results store the way the reference's models were scored
-(:func:`flasheval.placement.live_scoring.prepare_scoring`: DCLM-format task files or lm-eval tasks),
+(:func:`flasheval.reference.scoring.live.prepare_scoring`: DCLM-format task files or lm-eval tasks),
 run the placement loop (:func:`flasheval.placement.controller.place`) and write the record.
 """
 
@@ -29,19 +29,19 @@ from flasheval.api.resolve import (
     resolve_plan,
     resolve_reference,
 )
-from flasheval.engine.distributed import check_distributed, is_main, processes
-from flasheval.engine.in_memory import LoadedModel, scoring_mode
-from flasheval.placement.backtest import full_data_ranks
+from flasheval.engine.coordination.distributed import check_distributed, is_main, processes
+from flasheval.engine.hf.in_memory import LoadedModel, scoring_mode
+from flasheval.analysis.backtest import full_data_ranks
 from flasheval.placement.controller import place as run_placement
 from flasheval.placement.controller import plan_looks
 from flasheval.checks import check_output, check_seed
-from flasheval.placement.live_scoring import prepare_scoring
-from flasheval.placement.replay import ReplayScorer
+from flasheval.reference.scoring.live import prepare_scoring
+from flasheval.reference.scoring.replay import ReplayScorer
 from flasheval.placement.import_clock import current_clock, timing_imports
 from flasheval.placement.results import Budget, PlacementResult, StageRecord, Timing
 from flasheval.placement.tiers import TierPlan
 from flasheval.placement.looks import first_look
-from flasheval.records import prepare_output, write_record
+from flasheval.records.run_record import prepare_output, write_record
 from flasheval.stats.sampling import example_order
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.reference.intervals import interval_neighbours
@@ -169,7 +169,7 @@ def place(
     model
         ``"replay:MODEL_ID"`` (a reference model, held out of the pool), ``"[NAME=]hf:PATH_OR_ID"`` /
         ``"[NAME=]gguf:FILE"``, a :class:`~flasheval.engine.specs.NamedModel` or
-        :class:`~flasheval.engine.in_memory.LoadedModel`, or a loaded ``transformers`` model with
+        :class:`~flasheval.engine.hf.in_memory.LoadedModel`, or a loaded ``transformers`` model with
         ``tokenizer=`` (scored in place, in eval mode under ``torch.inference_mode()``, and handed back in
         the mode it came in; a DDP or ``torch.compile`` wrapper is looked through, an FSDP model runs through
         its wrapper).
@@ -310,7 +310,7 @@ def _measured(opened: Any, setup: Any, model: Any, result: PlacementResult, *, c
 def place_settings(reference: str, plan: str, seed: int | None, aggregate: str | None, missing: str, budget: Budget,
                    n_parameters: float | None, **live: Any) -> dict[str, Any]:
     """What decides a placement's result, kept in its record: a record in a folder is replaced only by a
-    placement with the same settings, or with ``force`` (:func:`flasheval.records.check_replace`)."""
+    placement with the same settings, or with ``force`` (:func:`flasheval.records.run_record.check_replace`)."""
     return {"reference": reference, "plan": plan, "seed": seed or 0, "aggregate": aggregate, "missing": missing,
             "budget": [budget.max_examples, budget.max_tokens, budget.max_flops,
                        *([] if budget.max_seconds is None else [budget.max_seconds])],  # records before it: 3 caps

@@ -43,8 +43,8 @@ class Progress:
     detail: Any = None
     """What the step produced, when there is one: a stage's
     :class:`~flasheval.placement.results.StageRecord`, a seed's
-    :class:`~flasheval.placement.backtest.BacktestResult`, a held-out model's
-    :class:`~flasheval.placement.backtest.BacktestRow`."""
+    :class:`~flasheval.analysis.backtest.BacktestResult`, a held-out model's
+    :class:`~flasheval.analysis.backtest.BacktestRow`."""
     elapsed: float | None = None
     """Wall seconds since the call started (every event of a :class:`Reporter` carries it)."""
 
@@ -81,8 +81,8 @@ class Reporter:
 
 def watch_load(report: Reporter, backend: Any, model_id: str) -> None:
     """Report a ``load`` step when ``backend``'s weights load (a backend opened without them, see
-    :class:`~flasheval.engine.deferred.DeferredBackend`); a model already in memory reports nothing."""
-    from flasheval.engine.deferred import DeferredBackend
+    :class:`~flasheval.engine.hf.deferred.DeferredBackend`); a model already in memory reports nothing."""
+    from flasheval.engine.hf.deferred import DeferredBackend
 
     if isinstance(backend, DeferredBackend):
         backend.on_load = lambda seconds: report("load", f"loaded the weights of {model_id} in {seconds:.1f} s",
@@ -91,11 +91,11 @@ def watch_load(report: Reporter, backend: Any, model_id: str) -> None:
 def load_windows(backend: Any) -> list[tuple[float, float]]:
     """The ``(start, end)`` (``time.perf_counter``) of each weights load of ``backend``, filled in as they happen.
 
-    A backend opened without its weights (:class:`~flasheval.engine.deferred.DeferredBackend`) calls its
+    A backend opened without its weights (:class:`~flasheval.engine.hf.deferred.DeferredBackend`) calls its
     ``on_load(seconds)`` hook as the load ends; the hook already set (:func:`watch_load`'s report) is kept and
     called after. A model already in memory loads nothing later: the list stays empty.
     """
-    from flasheval.engine.deferred import DeferredBackend
+    from flasheval.engine.hf.deferred import DeferredBackend
 
     windows: list[tuple[float, float]] = []
     if not isinstance(backend, DeferredBackend):

@@ -13,7 +13,7 @@ from typing import Any
 from flasheval.api.options import EngineOptions
 from flasheval.checks import check_positive
 from flasheval.errors import InputError
-from flasheval.placement.live_scoring import LiveOptions
+from flasheval.reference.scoring.live import LiveOptions
 from flasheval.placement.looks import first_look
 from flasheval.placement.results import Budget
 from flasheval.placement.tiers import TierPlan, load_tier_plan
@@ -63,7 +63,7 @@ def check_n_parameters(value: Any) -> None:
 def live_options(*, seed: Any, task_dir: Any, include_path: Any, num_fewshot: Any,
                  engine: EngineOptions) -> LiveOptions:
     """The options of scoring live models on a reference (validated by
-    :class:`~flasheval.placement.live_scoring.LiveOptions`; the device options by :class:`EngineOptions`)."""
+    :class:`~flasheval.reference.scoring.live.LiveOptions`; the device options by :class:`EngineOptions`)."""
     engine.refuse("evaluate and lm_eval only (a placement scores what the reference's models were scored on)",
                   "max_length")
     return LiveOptions(seed=seed, dtype=engine.dtype, task_dir=None if task_dir is None else str(task_dir),

@@ -3,7 +3,7 @@
 The generic hook for training code: call :func:`place_checkpoint` with the model (in memory or saved),
 the run folder and the step, and get the :class:`~flasheval.api.place.PlaceRun`; the Trainer callback and
 the checkpoint watcher (:func:`flasheval.watch`) are built on it. The folder's layout, its lock and its
-settings check are :mod:`flasheval.placement.run_folder`; :func:`read_run` reads it back.
+settings check are :mod:`flasheval.runs.folder`; :func:`read_run` reads it back.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.options import engine_options
 from flasheval.api.place import PlaceRun, place
 from flasheval.api.resolve import live_options, refuse_time_budget, resolve_budget, resolve_plan, resolve_reference
-from flasheval.engine.in_memory import LoadedModel, is_transformers_model
+from flasheval.engine.hf.in_memory import LoadedModel, is_transformers_model
 from flasheval.errors import InputError
-from flasheval.placement.live_scoring import prepare_scoring
+from flasheval.reference.scoring.live import prepare_scoring
 from flasheval.checks import check_name
-from flasheval.placement.run_coverage import check_n_checkpoints, simultaneous_level, split_level
-from flasheval.placement.run_folder import (
+from flasheval.runs.coverage import check_n_checkpoints, simultaneous_level, split_level
+from flasheval.runs.folder import (
     RUN_FILE,
     STORE_DIR,
     RunCheckpoint,
@@ -38,7 +38,7 @@ from flasheval.placement.run_folder import (
     record_path,
 )
 from flasheval.placement.tiers import TierPlan, plan_from_json, plan_to_json
-from flasheval.records import prepare_output, read_record, write_record
+from flasheval.records.run_record import prepare_output, read_record, write_record
 from flasheval.reference import ReferenceLeaderboard
 
 __all__ = ["place_checkpoint", "read_run", "RunHistory", "RunCheckpoint"]
@@ -169,7 +169,7 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
                      **place_kwargs: Any) -> PlaceRun:
     """Place one checkpoint of a training run into the run's folder: the hook for hand-written training loops.
 
-    Every placement of a run lands in one folder (:mod:`flasheval.placement.run_folder`): ``run.json`` (the
+    Every placement of a run lands in one folder (:mod:`flasheval.runs.folder`): ``run.json`` (the
     run's settings, fixed by its first placement), ``checkpoints/step-<N>/place.json`` (each checkpoint's
     record) and one results store, ``store/``. The process that writes holds the folder's lock while it places.
 
@@ -177,7 +177,7 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
     ----------
     model
         As for :func:`flasheval.place`: a loaded ``transformers`` model (with ``tokenizer=``), a
-        :class:`~flasheval.engine.in_memory.LoadedModel`, or a spec (``hf:PATH``, ``gguf:FILE``, ``replay:ID``).
+        :class:`~flasheval.engine.hf.in_memory.LoadedModel`, or a spec (``hf:PATH``, ``gguf:FILE``, ``replay:ID``).
     run
         The run folder (created on the first placement). Its name names the run.
     step
@@ -188,7 +188,7 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
         In-memory models: the tokenizer.
     simultaneous
         The planned number of checkpoints K of the run: each is placed at level ``1 - (1 - L) / K``
-        (:func:`~flasheval.placement.run_coverage.split_level`), so the run's K intervals cover together
+        (:func:`~flasheval.runs.coverage.split_level`), so the run's K intervals cover together
         with probability at least ``L``. ``None``: the run's K (given to its first placement), else each
         checkpoint's interval at the plan's level ``L``.
     max_seconds
@@ -289,7 +289,7 @@ def _warn_group_timeout(run: Path, max_seconds: float | None) -> None:
     """Warn, before a ``distributed="main"`` placement inside a job of several processes starts, when the time
     budget is not below the process group's timeout, or, without one, when an earlier placement of the run took
     over half of that timeout: the other processes wait for the whole placement in their next collective."""
-    from flasheval.engine.process_group import caller_group
+    from flasheval.engine.coordination.process_group import caller_group
 
     group = caller_group()
     if group is None or group[0] < 2 or group[1] is None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from flasheval.checks import check_output, check_seed, name_list
 from flasheval.errors import InputError
-from flasheval.records import write_record
+from flasheval.records.run_record import write_record
 from flasheval.scaling.fit import ScalingFitOptions, parse_predict_target, scaling_fit_payload
 from flasheval.scaling.runs import read_runs_files
 

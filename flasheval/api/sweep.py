@@ -2,8 +2,8 @@
 
 The one path behind ``flasheval sweep``, for replayed reference models (a backtest) and for live
 checkpoints on every kind of built reference: live checkpoints are opened by the reference's
-:class:`~flasheval.placement.live_scoring.ScoringSetup` through a
-:class:`~flasheval.placement.sweep_models.CheckpointPool` (at most ``max_loaded`` in memory), and
+:class:`~flasheval.reference.scoring.live.ScoringSetup` through a
+:class:`~flasheval.sweeps.models.CheckpointPool` (at most ``max_loaded`` in memory), and
 every score goes through the run folder's results store, so rerunning after a crash resumes.
 """
 
@@ -21,21 +21,21 @@ from flasheval.api.models import ReplayModel, resolve_models
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.resolve import check_n_parameters, live_options, refuse_live_options, resolve_plan, resolve_reference
-from flasheval.engine.distributed import check_distributed, is_main, processes
-from flasheval.engine.in_memory import LoadedModel, scoring_mode
-from flasheval.engine.store_shards import SHARDS_DIR
+from flasheval.engine.coordination.distributed import check_distributed, is_main, processes
+from flasheval.engine.hf.in_memory import LoadedModel, scoring_mode
+from flasheval.engine.store.shards import SHARDS_DIR
 from flasheval.errors import InputError
 from flasheval.checks import check_count, check_output, check_seed, name_list
-from flasheval.placement.live_scoring import LiveOptions, prepare_scoring
-from flasheval.placement.replay import ReplayScorer
+from flasheval.reference.scoring.live import LiveOptions, prepare_scoring
+from flasheval.reference.scoring.replay import ReplayScorer
 from flasheval.placement.results import Budget
-from flasheval.placement.sweep import SweepResult, check_sweep_budget
-from flasheval.placement.sweep import sweep as run_sweep
-from flasheval.placement.sweep_models import CheckpointPool
-from flasheval.placement.sweep_folder import RECORD_FILE, STORE_FORMAT, RunFolder, open_run_folder
-from flasheval.placement.sweep_pool import check_token_budget, hold_out, restrict, spread_models
-from flasheval.placement.sweep_record import build_payload, separate_placements, truth_ranks
-from flasheval.records import check_replace, prepare_output, write_record
+from flasheval.sweeps.schedule import SweepResult, check_sweep_budget
+from flasheval.sweeps.schedule import sweep as run_sweep
+from flasheval.sweeps.models import CheckpointPool
+from flasheval.sweeps.folder import RECORD_FILE, STORE_FORMAT, RunFolder, open_run_folder
+from flasheval.sweeps.pool import check_token_budget, hold_out, restrict, spread_models
+from flasheval.sweeps.record import build_payload, separate_placements, truth_ranks
+from flasheval.records.run_record import check_replace, prepare_output, write_record
 
 __all__ = ["SweepRun", "sweep", "spread_checkpoints"]
 
@@ -107,7 +107,7 @@ def sweep(
     models
         ``"replay:MODEL_ID"`` specs (reference models, each held out of the pool: a backtest), or live
         models: ``"[NAME=]hf:..."`` / ``"[NAME=]gguf:..."`` specs, :class:`~flasheval.engine.specs.NamedModel` or
-        :class:`~flasheval.engine.in_memory.LoadedModel` objects (not both kinds in one sweep).
+        :class:`~flasheval.engine.hf.in_memory.LoadedModel` objects (not both kinds in one sweep).
     reference
         Name, folder or :class:`~flasheval.reference.ReferenceLeaderboard` (live: a built reference).
     budget

@@ -1,7 +1,7 @@
 """``flasheval.watch``: place every checkpoint a training run saves into a folder, as it appears.
 
 The mode for spare GPUs beside a run (as NeMo and torchtitan evaluate saved checkpoints elsewhere):
-:func:`~flasheval.placement.checkpoint_scan.find_checkpoints` finds the checkpoints and says which are
+:func:`~flasheval.runs.checkpoint_scan.find_checkpoints` finds the checkpoints and says which are
 complete; each complete one not yet in the run folder is placed, in step order, by
 :func:`flasheval.place_checkpoint`. The run folder says what is done, so a watcher killed and started
 again places only what is left (and the interrupted checkpoint resumes from the run's results store).
@@ -27,10 +27,10 @@ from flasheval.api.progress import Progress, ProgressCallback, Reporter
 from flasheval.api.resolve import resolve_reference
 from flasheval.api.runs import place_checkpoint, run_folder_path
 from flasheval.errors import FlashevalError, InputError
-from flasheval.placement.checkpoint_scan import FoundCheckpoint, examine_checkpoint, find_checkpoints
-from flasheval.placement.run_coverage import check_n_checkpoints
-from flasheval.placement.run_folder import RUN_FILE, RunHistory, placed_steps, read_run
-from flasheval.records import atomic_write_text
+from flasheval.runs.checkpoint_scan import FoundCheckpoint, examine_checkpoint, find_checkpoints
+from flasheval.runs.coverage import check_n_checkpoints
+from flasheval.runs.folder import RUN_FILE, RunHistory, placed_steps, read_run
+from flasheval.records.run_record import atomic_write_text
 
 __all__ = ["watch", "DEFAULT_RUN_DIR", "FAILED_FILE", "UnplacedCheckpoint", "unplaced_checkpoints"]
 
@@ -261,7 +261,7 @@ def watch(directory: str | Path, *, reference: Any, run: str | Path | None = Non
         The folder a training run saves its checkpoints into. Its direct entries are looked at:
         Hugging Face ``save_pretrained`` folders (``checkpoint-500``, ``step-500``, ``global_step500``, or
         any name with the step in ``trainer_state.json``) and ``*.gguf`` files with the step in their name
-        (:mod:`flasheval.placement.checkpoint_scan`). A checkpoint needs its tokenizer files to be placed.
+        (:mod:`flasheval.runs.checkpoint_scan`). A checkpoint needs its tokenizer files to be placed.
     reference
         Reference name, folder or object (a live reference built by scoring models).
     run

@@ -25,7 +25,7 @@ def remember_defaults(parser: argparse.ArgumentParser, *names: str) -> None:
 def changed_settings(args: argparse.Namespace) -> dict[str, object]:
     """The result-deciding options (:func:`remember_defaults`) that ``args`` sets to other than their default,
     as given: what makes a command's default output folder its own
-    (:func:`flasheval.records.default_run_folder`; ``place --seed 1`` does not land in ``place``'s folder)."""
+    (:func:`flasheval.records.run_record.default_run_folder`; ``place --seed 1`` does not land in ``place``'s folder)."""
     defaults = getattr(args, "result_defaults", {})
     return {name: getattr(args, name) for name, default in defaults.items() if getattr(args, name) != default}
 
@@ -111,7 +111,7 @@ def add_live_options(parser: argparse.ArgumentParser) -> None:
 def add_device_map_options(parser: argparse.ArgumentParser) -> None:
     """``--device-map``, ``--max-memory``, ``--offload-folder``: a model larger than one GPU (commands that load one).
 
-    Checked by :func:`flasheval.engine.device_map.device_map_from` (through the API), so the command line
+    Checked by :func:`flasheval.engine.hf.device_map.device_map_from` (through the API), so the command line
     and the API refuse the same values with the same line; see docs/engine.md, "Models larger than one GPU".
     """
     parser.add_argument("--device-map", metavar="MAP",

@@ -7,8 +7,8 @@ import argparse
 from flasheval.api.backtest import backtest
 from flasheval.api.progress import Progress
 from flasheval.cli._options import add_progress_options, changed_settings, remember_defaults, step_printer
-from flasheval.records import default_run_folder
-from flasheval.placement.backtest import ALL_METHODS, METHODS, BacktestResult, SeedSummary, parse_seeds
+from flasheval.records.run_record import default_run_folder
+from flasheval.analysis.backtest import ALL_METHODS, METHODS, BacktestResult, SeedSummary, parse_seeds
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.ranking import AGGREGATES

@@ -6,8 +6,8 @@ import argparse
 import time
 
 from flasheval.api.dior import MAX_DATASET_COUNT, dior
-from flasheval.placement.dior import DEFAULT_SIZES, DiorReport
-from flasheval.records import default_run_folder
+from flasheval.analysis.dior import DEFAULT_SIZES, DiorReport
+from flasheval.records.run_record import default_run_folder
 from flasheval.reference import MISSING_POLICIES, load_reference
 from flasheval.stats.dior import DECISIONS
 from flasheval.stats.ranking import AGGREGATES

@@ -2,7 +2,7 @@
 
 The one place in flasheval that reads the launcher's environment (``WORLD_SIZE``, ``LOCAL_RANK``) and the one
 place that creates and destroys a process group: a command launched with several processes runs with
-``distributed="all"`` (:mod:`flasheval.engine.distributed`) on the default group, made here when none exists
+``distributed="all"`` (:mod:`flasheval.engine.coordination.distributed`) on the default group, made here when none exists
 (gloo on CPU, NCCL on GPUs) with a collective timeout of ``$FLASHEVAL_COLLECTIVE_TIMEOUT`` seconds, and
 destroyed here at the end, after every process has finished. A group that already existed (``main()`` called
 by a script that made one) is used and left as it is. Without a launcher a command runs with ``"main"``.
@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from flasheval.engine.distributed import CollectiveError, Processes
+from flasheval.engine.coordination.distributed import CollectiveError, Processes
 from flasheval.errors import FlashevalError
 
 __all__ = ["TIMEOUT_ENV", "DEFAULT_TIMEOUT_S", "launched_processes", "launch"]

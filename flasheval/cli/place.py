@@ -28,7 +28,7 @@ from flasheval.cli._options import (
 )
 from flasheval.errors import InputError
 from flasheval.placement.results import PlacementResult
-from flasheval.records import default_run_folder
+from flasheval.records.run_record import default_run_folder
 from flasheval.reference import load_reference
 
 __all__ = ["register", "run", "DEFAULT_REPLAY_MODEL", "format_summary", "format_timing", "format_neighbours"]

@@ -1,6 +1,6 @@
 """``flasheval reference import|build|show``: build a reference from results users have
 (:func:`flasheval.import_reference`) or by scoring models live (:func:`flasheval.build_reference`, one loop for
-both engines in :mod:`flasheval.placement.building`); print a ranking, or with ``--intervals`` every model's
+both engines in :mod:`flasheval.reference.building`); print a ranking, or with ``--intervals`` every model's
 rank interval and the groups of models it cannot tell apart (:func:`flasheval.rank_intervals`)."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ pool is reported beside its placement (a backtest). ``--backtest N`` sweeps N re
 models spread evenly over the full-data ranking. Live specs ``[NAME=]gguf:FILE`` /
 ``[NAME=]hf:PATH_OR_ID`` run the models now against a built reference (DCLM-format or lm-eval,
 as the reference records); one sweep takes replay or live specs, not both. The run folder
-(:mod:`flasheval.placement.sweep_folder`) holds ``sweep-config.json`` (the settings),
+(:mod:`flasheval.sweeps.folder`) holds ``sweep-config.json`` (the settings),
 ``shards/`` (the results store, a shard per checkpoint) and ``sweep.json`` (the record); rerunning the
 same command after a crash resumes from the store, and a second sweep on a folder in use is refused. Live checkpoints are loaded when a round first asks them
 for examples, at most ``--max-loaded`` at once; live sweeps run data-parallel under
@@ -31,8 +31,8 @@ from flasheval.cli._options import (
     step_printer,
 )
 from flasheval.errors import InputError
-from flasheval.placement.sweep import SweepResult
-from flasheval.records import default_run_folder
+from flasheval.sweeps.schedule import SweepResult
+from flasheval.records.run_record import default_run_folder
 from flasheval.reference import MISSING_POLICIES, ReferenceLeaderboard, load_reference
 from flasheval.stats.ranking import AGGREGATES
 

@@ -27,7 +27,7 @@ from flasheval.cli._options import (
     engine_from,
     step_printer,
 )
-from flasheval.placement.run_folder import placed_steps
+from flasheval.runs.folder import placed_steps
 
 __all__ = ["register", "run"]
 

@@ -10,7 +10,7 @@ The contract is the methods of :class:`Backend` plus ONE value, :class:`BackendI
 backend reports about itself (prefix space, batch size, whether its weights are loaded, load and
 forward seconds, parameter count, dtype, device). Every backend states each of them, so no caller
 guesses a default for a backend that does not say (a prefix space silently assumed would change the
-prompts). Wrappers (the results store's :class:`~flasheval.engine.store.CachedBackend`, the
+prompts). Wrappers (the results store's :class:`~flasheval.engine.store.results.CachedBackend`, the
 data-parallel runner, lm-eval's conventions) report the info of the backend they wrap.
 """
 
@@ -38,7 +38,7 @@ fingerprint: bump it when a change alters any log-likelihood, so stored results 
 2: left-padded shared contexts (sliding-window models were inexact under version 1).
 3: padded widths rounded up to a multiple of 16 tokens (a request's sums no longer depend on its batch).
 4: models without sliding windows score a group's choices packed in one row, the first token from the
-   context pass (:func:`~flasheval.engine.hf_packed.forward_packed`): the same sums within 1e-4 nats in
+   context pass (:func:`~flasheval.engine.hf.packed.forward_packed`): the same sums within 1e-4 nats in
    float32, other last bits.
 5: the packed context pass right-padded without an attention mask (the causal kernel), logits only at scored
    positions: the same sums within 1e-4 nats in float32 (7.6e-5 on SmolLM2's HellaSwag), other last bits."""
@@ -88,7 +88,7 @@ class BackendInfo:
     previous_fingerprint: str | None = None
     """The key this model's results had before the fingerprint covered the run settings (device type,
     attention, library versions, padding): a store written then is adopted under :attr:`Backend.fingerprint`
-    once (:mod:`flasheval.engine.store_adoption`). ``None``: nothing to adopt."""
+    once (:mod:`flasheval.engine.store.adoption`). ``None``: nothing to adopt."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -1,7 +1,7 @@
 """Open a model (a spec's, or one held in memory): the backend, and the backend behind the results store.
 
 Importing this module does NOT import torch, transformers or accelerate: the Hugging Face
-backend (:mod:`flasheval.engine.hf`) is imported only when a model is opened.
+backend (:mod:`flasheval.engine.hf.backend`) is imported only when a model is opened.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.engine.base import Backend
-from flasheval.engine.device_map import DeviceMap, ProcessLayout
-from flasheval.engine.distributed import cached_runner, collective, is_main, layout_of, open_shared_store
-from flasheval.engine.in_memory import LoadedModel, in_memory_fingerprint
+from flasheval.engine.hf.device_map import DeviceMap, ProcessLayout
+from flasheval.engine.coordination.distributed import cached_runner, collective, is_main, layout_of, open_shared_store
+from flasheval.engine.hf.in_memory import LoadedModel, in_memory_fingerprint
 from flasheval.engine.specs import ModelSpec, NamedModel
-from flasheval.engine.store import CachedBackend, ResultStore
-from flasheval.engine.weights_digest import digest_under, note_identity, weights_digest
+from flasheval.engine.store.results import CachedBackend, ResultStore
+from flasheval.engine.hf.weights_digest import digest_under, note_identity, weights_digest
 from flasheval.errors import BackendError, InputError
 from flasheval.hashing import stable_hash
 
@@ -24,13 +24,13 @@ __all__ = ["open_backend", "open_model", "behind_store", "open_cached_backend", 
 
 
 def open_backend(spec: ModelSpec, **options: Any) -> Backend:
-    """Load the model a ``hf:`` / ``gguf:`` spec names (options: see :func:`~flasheval.engine.hf_loading.load_hf_backend`).
+    """Load the model a ``hf:`` / ``gguf:`` spec names (options: see :func:`~flasheval.engine.hf.loading.load_hf_backend`).
 
     ``replay:`` specs serve scores, not log-likelihoods; they are opened by the placement code.
     """
     if spec.kind == "replay":
         raise InputError("replay: models serve recorded scores; use them with placement commands", field="--model")
-    from flasheval.engine.hf_loading import load_hf_backend
+    from flasheval.engine.hf.loading import load_hf_backend
 
     if spec.kind == "gguf":
         path = Path(spec.target).expanduser()
@@ -43,17 +43,17 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
                record_in: Path | None = None, state: Any = None) -> Backend:
     """The backend of a spec's model or of a model the caller holds (used as it is).
 
-    A spec's model is opened without its weights (:class:`~flasheval.engine.deferred.DeferredBackend`:
+    A spec's model is opened without its weights (:class:`~flasheval.engine.hf.deferred.DeferredBackend`:
     its config, tokenizer and fingerprint now; the weights when the first request has to be computed),
     so a rerun the results store answers entirely never loads them. An in-memory model keeps its
     device and dtype: ``dtype`` is checked against the model's own (``auto`` accepts any); its
-    results are keyed by its identity and a digest of its weights (:mod:`flasheval.engine.in_memory`,
-    :mod:`flasheval.engine.weights_digest`); ``record_in``: the store folder where the identity's record is
+    results are keyed by its identity and a digest of its weights (:mod:`flasheval.engine.hf.in_memory`,
+    :mod:`flasheval.engine.hf.weights_digest`); ``record_in``: the store folder where the identity's record is
     kept, to warn when it held other weights (give it on the process that writes the store only).
-    ``device_map`` spreads a spec's model over this replica's devices (:mod:`flasheval.engine.device_map`);
+    ``device_map`` spreads a spec's model over this replica's devices (:mod:`flasheval.engine.hf.device_map`);
     an in-memory model stays where it is (one already dispatched with a device map is scored as it is).
-    ``state``: the processes scoring together (:func:`~flasheval.engine.distributed.processes`; ``None``: this one):
-    a spec's device follows this process's place among them (:func:`~flasheval.engine.distributed.layout_of`); an
+    ``state``: the processes scoring together (:func:`~flasheval.engine.coordination.distributed.processes`; ``None``: this one):
+    a spec's device follows this process's place among them (:func:`~flasheval.engine.coordination.distributed.layout_of`); an
     in-memory model's digest is agreed on by all of them (each digests the shard it holds: see :func:`_agreed`).
     """
     if isinstance(model, NamedModel):
@@ -66,9 +66,9 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
         raise InputError(f"the model is in {model.dtype}, not {dtype}: cast it first (e.g. model.to(torch.{dtype}))",
                          field="--dtype")
     from flasheval.engine.base import SCORING_VERSION
-    from flasheval.engine.hf import HFBackend
-    from flasheval.engine.hf_forward import PAD_MULTIPLE
-    from flasheval.engine.hf_loading import model_settings
+    from flasheval.engine.hf.backend import HFBackend
+    from flasheval.engine.hf.forward import PAD_MULTIPLE
+    from flasheval.engine.hf.loading import model_settings
 
     length = int(max_length or getattr(model.module.config, "max_position_embeddings", None) or 2048)
     settings = model_settings(model.module, pad_multiple=PAD_MULTIPLE)
@@ -90,8 +90,8 @@ def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int | Non
     """A ``hf:`` / ``gguf:`` spec opened without its weights (they load on first use)."""
     if spec.kind == "replay":
         raise InputError("replay: models serve recorded scores; use them with placement commands", field="--model")
-    from flasheval.engine.deferred import DeferredBackend
-    from flasheval.engine.hf_loading import plan_hf_load
+    from flasheval.engine.hf.deferred import DeferredBackend
+    from flasheval.engine.hf.loading import plan_hf_load
 
     if spec.kind == "gguf":
         path = Path(spec.target).expanduser()
@@ -109,7 +109,7 @@ def behind_store(backend: Backend, store_dir: Path, state: Any = None, *,
 
     ``progress``: the data-parallel runner's per-batch bar (off by default: the callers report
     their own steps). Results an earlier release stored under the model's previous key are adopted
-    once (:mod:`flasheval.engine.store_adoption`). Close the returned store when done.
+    once (:mod:`flasheval.engine.store.adoption`). Close the returned store when done.
     """
     if state is None:
         store = open_shared_store(store_dir, backend.fingerprint, None, previous=backend.info.previous_fingerprint)
@@ -136,8 +136,8 @@ def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dty
                         device_map: DeviceMap | None = None) -> tuple[CachedBackend, ResultStore, Any]:
     """Open a model (:func:`open_model`) behind the results store (data-parallel over ``state``'s processes).
 
-    ``state``: the :class:`~flasheval.engine.distributed.Processes` scoring together
-    (:func:`~flasheval.engine.distributed.processes`); ``None``, this process alone. Returns the cached
+    ``state``: the :class:`~flasheval.engine.coordination.distributed.Processes` scoring together
+    (:func:`~flasheval.engine.coordination.distributed.processes`); ``None``, this process alone. Returns the cached
     backend, its store (close it when done) and the loaded backend.
     """
     backend = open_model(model, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length,
@@ -154,11 +154,11 @@ def n_parameters(backend: Backend) -> int | None:
 
 
 def placed_weights_digest(live: Any, store_dir: Path, *, load: bool = False) -> str | None:
-    """The weights digest (:func:`~flasheval.engine.weights_digest.weights_digest`) of what computed a place
+    """The weights digest (:func:`~flasheval.engine.hf.weights_digest.weights_digest`) of what computed a place
     record's results, from its ``live`` entry; ``None`` when it cannot be told.
 
     The entry's own ``weights_digest`` when it has one. An in-memory model's: the digest its identity's record in
-    the store ``store_dir`` keeps for its fingerprint (:func:`~flasheval.engine.weights_digest.digest_under`). With
+    the store ``store_dir`` keeps for its fingerprint (:func:`~flasheval.engine.hf.weights_digest.digest_under`). With
     ``load``, an ``hf:`` spec's: its weights loaded on the CPU and digested (one load, one read of the weights), but
     only when the model the spec names now, in the entry's dtype, has the entry's fingerprint (the same files and
     run settings: the weights that computed). Anything else (``gguf:``, another fingerprint now): ``None``.
@@ -172,7 +172,7 @@ def placed_weights_digest(live: Any, store_dir: Path, *, load: bool = False) -> 
         return digest_under(store_dir, spec.removeprefix("memory:"), fingerprint)
     if not (load and spec.startswith("hf:")):
         return None
-    from flasheval.engine.hf_loading import _from_pretrained, plan_hf_load
+    from flasheval.engine.hf.loading import _from_pretrained, plan_hf_load
     from flasheval.engine.specs import parse_model_spec
 
     try:

@@ -166,7 +166,7 @@ def group_unit(group: Group, packed: int | None = None) -> tuple[int, int]:
     """``(rows, padded length)`` of ``group`` for the batch limits.
 
     One row per choice, as long as the context and the longest choice; or, ``packed`` (the pad width of
-    :func:`~flasheval.engine.hf_packed.forward_packed`, which runs a group's choices packed in one row),
+    :func:`~flasheval.engine.hf.packed.forward_packed`, which runs a group's choices packed in one row),
     one row as long as the longer of its context and its choices' segments (each ``len - 1`` tokens
     rounded up to ``packed``).
 
@@ -185,9 +185,9 @@ def group_unit(group: Group, packed: int | None = None) -> tuple[int, int]:
 def group_passes(group: Group, *, pad_multiple: int, packed: bool) -> list[tuple[int, int]]:
     """``(rows, padded width)`` of ``group`` in each of the two forward passes that score it.
 
-    Packed (:func:`~flasheval.engine.hf_packed.forward_packed`): the whole context in one row, then one row of
+    Packed (:func:`~flasheval.engine.hf.packed.forward_packed`): the whole context in one row, then one row of
     its choices' segments (each ``len - 1`` tokens rounded up), none when every choice is one token. Shared
-    (:func:`~flasheval.engine.hf_forward.forward_shared`): the context less its last token in one row (none when
+    (:func:`~flasheval.engine.hf.forward.forward_shared`): the context less its last token in one row (none when
     that is empty), then one row per choice of ``1 + len`` tokens.
 
     Examples

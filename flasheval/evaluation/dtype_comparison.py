@@ -8,7 +8,7 @@ many per-example predictions flip, and how far the per-choice log-likelihoods mo
   run's own dtype);
 * :func:`score_in_dtype` scores the run's task requests with the model loaded in the comparison
   dtype, through the same results store: the dtype is part of the model fingerprint
-  (:func:`~flasheval.engine.fingerprint.model_fingerprint`), so the comparison's results live under
+  (:func:`~flasheval.engine.hf.fingerprint.model_fingerprint`), so the comparison's results live under
   their own fingerprint and a rerun serves them from the store;
 * :func:`compare_records` (pure) sets the two runs' per-example records side by side, per task, and
   :func:`comparison_block` makes the summary's ``dtype_comparison`` block of it.

@@ -203,14 +203,14 @@ def score_through_store(backend: Backend, requests: Sequence[Request], store_dir
     """Answer ``requests`` through the results store in ``store_dir`` and the data-parallel runner.
 
     The main process opens (and repairs) the store and writes to it; every process reads it.
-    ``state``: the :class:`~flasheval.engine.distributed.Processes` scoring together (``None``: this process alone).
+    ``state``: the :class:`~flasheval.engine.coordination.distributed.Processes` scoring together (``None``: this process alone).
     ``progress_bar``: the runner's per-batch bar (``None``: when stderr is a terminal). ``on_planned``
     is called with the number of requests the store already answers, before anything is scored.
     Returns the results and the counts the run record reports: requests from the store and computed
     now, ``computed`` (per request, whether this run computed it: each distinct request once), and
     ``scoring_seconds`` (the model's load, when it happened during scoring, not included).
     """
-    from flasheval.engine.distributed import cached_runner
+    from flasheval.engine.coordination.distributed import cached_runner
 
     engine, store = cached_runner(backend, store_dir, state, progress=progress_bar)
     # The main process's store is the one reported (every process plans from it).

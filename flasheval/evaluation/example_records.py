@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flasheval.evaluation.selection import TaskSelection
-from flasheval.records import atomic_write_text
+from flasheval.records.run_record import atomic_write_text
 from flasheval.tasks import ExampleScore, score_example
 from flasheval.types import GenerationResult, LoglikelihoodResult, Request, Result
 

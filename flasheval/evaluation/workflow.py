@@ -2,7 +2,7 @@
 
 :func:`flasheval.evaluate` checks every value and plans the tasks; :func:`run_evaluation` then
 opens the model behind the results store (data-parallel over the caller's processes with
-``distributed="all"``, :mod:`flasheval.engine.distributed`), scores every
+``distributed="all"``, :mod:`flasheval.engine.coordination.distributed`), scores every
 request, scores the task examples again in another dtype when asked, and builds the per-example
 records, each task's accuracy, each suite's aggregate, the validation loss and the compute spent
 (:class:`EvaluationSummary`), writing them on the main process when ``output`` is given.
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from flasheval.engine.device_map import DeviceMap
-from flasheval.engine.distributed import is_main, processes
-from flasheval.engine.in_memory import LoadedModel, scoring_mode
+from flasheval.engine.hf.device_map import DeviceMap
+from flasheval.engine.coordination.distributed import is_main, processes
+from flasheval.engine.hf.in_memory import LoadedModel, scoring_mode
 from flasheval.engine.loading import n_parameters, open_model
 from flasheval.engine.specs import NamedModel
 from flasheval.engine.throughput import throughput
@@ -30,7 +30,7 @@ from flasheval.evaluation.example_records import ExampleRecord, write_example_re
 from flasheval.evaluation.heldout import HeldoutFile
 from flasheval.evaluation.selection import TaskPlan, TaskSelection, task_requests
 from flasheval.evaluation.summary import evaluation_summary, suite_summaries
-from flasheval.records import prepare_output, write_record
+from flasheval.records.run_record import prepare_output, write_record
 
 __all__ = ["EvaluationJob", "EvaluationRun", "EvaluationSummary", "TaskScore", "run_evaluation", "SUMMARY_FILE"]
 

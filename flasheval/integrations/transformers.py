@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.checks import check_count
-from flasheval.engine.distributed import DISTRIBUTED, check_distributed
+from flasheval.engine.coordination.distributed import DISTRIBUTED, check_distributed
 from flasheval.errors import InputError
 
 __all__ = ["PlacementCallback", "placement_metrics", "METRIC_PREFIX"]
@@ -220,7 +220,7 @@ class _PlacementHooks:
 
 def _note_waiting() -> None:
     """Say once, as training begins, what a ``"main"`` placement costs the other processes of a job (none alone)."""
-    from flasheval.engine.process_group import caller_group
+    from flasheval.engine.coordination.process_group import caller_group
 
     group = caller_group()
     if group is not None and group[0] > 1:

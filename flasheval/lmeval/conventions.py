@@ -3,7 +3,7 @@
 :class:`LmEvalConventionBackend` is a flasheval :class:`~flasheval.engine.base.Backend`: it takes
 the same request values (so the results store and data parallelism work unchanged) but turns
 their strings into tokens exactly as lm-eval 0.4.13's HF backend (``HFLM``) does, then scores the
-tokens with :meth:`flasheval.engine.hf.HFBackend.loglikelihood_tokens` (shared contexts,
+tokens with :meth:`flasheval.engine.hf.backend.HFBackend.loglikelihood_tokens` (shared contexts,
 continuation-only logits). The rules, from ``lm_eval/api/model.py`` (``TemplateLM``) and
 ``lm_eval/models/huggingface.py``:
 
@@ -19,7 +19,7 @@ continuation-only logits). The rules, from ``lm_eval/api/model.py`` (``TemplateL
 * **Rolling log-likelihood.** lm-eval's disjoint windows of ``max_length`` predicted tokens, the
   first conditioned on the prefix token (``lm_eval.utils.get_rolling_token_windows``, re-stated
   here so this module does not need lm-eval).
-* **Generation.** Greedy, through the backend's :meth:`~flasheval.engine.hf.HFBackend.generate`
+* **Generation.** Greedy, through the backend's :meth:`~flasheval.engine.hf.backend.HFBackend.generate`
   (context encoded with the tokenizer's defaults, as lm-eval does).
 
 Importing this module imports neither torch nor lm-eval.
@@ -140,7 +140,7 @@ class LmEvalConventionBackend:
     Parameters
     ----------
     backend
-        A loaded :class:`~flasheval.engine.hf.HFBackend` whose ``max_length`` is at least
+        A loaded :class:`~flasheval.engine.hf.backend.HFBackend` whose ``max_length`` is at least
         ``max_length + 1`` (so it never truncates what lm-eval would keep).
     max_length
         lm-eval's maximum input length (:func:`resolve_lmeval_max_length`).

@@ -5,7 +5,7 @@ The stack is the one ``flasheval evaluate`` uses, with lm-eval's conventions in 
 killed run resume from its last finished batch; under ``accelerate launch`` the work is split
 across the processes of ``distributed="all"`` and only the main process writes the store (the engine's one runner,
 :func:`flasheval.engine.loading.behind_store`). The model is a spec's weights or one the caller
-holds in memory (:class:`~flasheval.engine.in_memory.LoadedModel`).
+holds in memory (:class:`~flasheval.engine.hf.in_memory.LoadedModel`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flasheval.engine.device_map import DeviceMap
-from flasheval.engine.distributed import is_main
-from flasheval.engine.in_memory import LoadedModel
+from flasheval.engine.hf.device_map import DeviceMap
+from flasheval.engine.coordination.distributed import is_main
+from flasheval.engine.hf.in_memory import LoadedModel
 from flasheval.engine.loading import behind_store, n_parameters, open_model
 from flasheval.engine.specs import NamedModel
-from flasheval.engine.store import CachedBackend, ResultStore
+from flasheval.engine.store.results import CachedBackend, ResultStore
 from flasheval.lmeval.conventions import LmEvalConventionBackend, lmeval_max_length, resolve_lmeval_max_length
 from flasheval.lmeval.model import FlashevalLM
 
@@ -52,11 +52,11 @@ def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype
 
     ``max_length`` is lm-eval's maximum input length (default: what lm-eval's HF backend reads
     from the model's config); the HF backend is opened to keep one more token, as lm-eval does.
-    ``state``: the :class:`~flasheval.engine.distributed.Processes` scoring together (``None``: this process
-    alone; :func:`~flasheval.engine.distributed.processes`). ``progress_bar``: the lm-eval model's
+    ``state``: the :class:`~flasheval.engine.coordination.distributed.Processes` scoring together (``None``: this process
+    alone; :func:`~flasheval.engine.coordination.distributed.processes`). ``progress_bar``: the lm-eval model's
     per-batch bar (:class:`~flasheval.lmeval.model.FlashevalLM`), on the main process only. A spec's
     weights load on the first request the store cannot answer; ``device_map`` spreads them over this
-    replica's devices (:mod:`flasheval.engine.device_map`).
+    replica's devices (:mod:`flasheval.engine.hf.device_map`).
     """
     if max_length is not None:
         length = max_length

@@ -58,7 +58,7 @@ class FlashevalLM:
         once): ``None`` (default) shows it when stderr is a terminal or in a notebook, ``True`` always,
         ``False`` never; lm-eval's ``disable_tqdm=True`` turns it off for that call.
     processes
-        The :class:`~flasheval.engine.distributed.Processes` the backend's runner splits work over (``None``: this
+        The :class:`~flasheval.engine.coordination.distributed.Processes` the backend's runner splits work over (``None``: this
         process alone): :func:`~flasheval.lmeval.tasks.run_tasks` broadcasts the main process's results over them.
 
     Examples
@@ -77,7 +77,7 @@ class FlashevalLM:
         self.model_id = model_id
         self.progress_bar = progress_bar
         self.processes = processes
-        """The :class:`~flasheval.engine.distributed.Processes` that score together (``None``: this one alone)."""
+        """The :class:`~flasheval.engine.coordination.distributed.Processes` that score together (``None``: this one alone)."""
         self.cache_hook = CacheHook(None)
         self.n_requests = 0
         self.doc_tokens: dict[tuple[str, str], int] = {}

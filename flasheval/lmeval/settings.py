@@ -19,7 +19,7 @@ from typing import Any
 
 from flasheval.errors import InputError
 from flasheval.hashing import stable_hash
-from flasheval.schemas import check_fields
+from flasheval.records.schemas import check_fields
 
 __all__ = ["LMEVAL_KIND", "DEFAULT_METRICS", "TaskSettings", "LmEvalSettings", "config_digest", "settings_from_results",
            "RESULTS_SCHEMA", "check_results",
@@ -159,7 +159,7 @@ RESULTS_SCHEMA: Mapping[str, str] = MappingProxyType({
     "versions?": "object|null", "n-shot?": "object|null", "n-shot{}": "int", "lm_eval_version?": "str|null",
     "samples?": "object|null", "samples{}": "list",
 })
-"""The fields of an lm-eval ``results_*.json`` that flasheval reads (:mod:`flasheval.schemas` notation); others are
+"""The fields of an lm-eval ``results_*.json`` that flasheval reads (:mod:`flasheval.records.schemas` notation); others are
 not looked at. Checked by :func:`settings_from_results` and by the reader of lm-eval output folders."""
 
 

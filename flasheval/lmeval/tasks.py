@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flasheval.engine.distributed import from_main
+from flasheval.engine.coordination.distributed import from_main
 from flasheval.errors import InputError
 from flasheval.lmeval._install import installed_lm_eval_version, require_lm_eval
 from flasheval.lmeval.settings import LmEvalSettings, config_digest, differing_keys, pick_metric

@@ -13,7 +13,7 @@ allocation, levels under its correction) are fixed before any model is scored
 
 This is the only stage loop. Its drivers: :func:`place` (one model under its own budget: a stage that
 would exceed it is not started, status ``unresolved at budget``), the backtest (``place`` on every
-held-out model) and the sweep (:func:`flasheval.placement.sweep.sweep`: a scheduler that gives
+held-out model) and the sweep (:func:`flasheval.sweeps.schedule.sweep`: a scheduler that gives
 controllers of many checkpoints their next stage, round by round, under one total budget).
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 from flasheval.hashing import derive_seed
 from flasheval.placement.looks import LookPlan, for_budget, look_plan
 from flasheval.placement.results import Budget, Compute, PlacementResult, StageRecord
-from flasheval.placement.scorers import ExampleScorer, ScoredExamples
+from flasheval.reference.scoring.scorers import ExampleScorer, ScoredExamples
 from flasheval.placement.stop_rule import decide
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard

@@ -7,7 +7,7 @@
   streamed into per-dataset score matrices (:mod:`~flasheval.reference.matrices`,
   :mod:`~flasheval.reference.long_table`, :mod:`~flasheval.reference.lmeval_logs`);
 * :mod:`~flasheval.reference.build`       — what a reference built on a task suite pins: its examples, its settings
-  (the loop that scores the models, for both engines, is :mod:`flasheval.placement.building`);
+  (the loop that scores the models, for both engines, is :mod:`flasheval.reference.building`);
 * :mod:`~flasheval.reference.live`        — what a built reference pins, and the check that a live run reproduces it;
 * :mod:`~flasheval.reference.lmeval_live` — the same for lm-eval references (a build's docs and settings, check).
 

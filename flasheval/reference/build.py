@@ -6,7 +6,7 @@ each task's seeded order, :func:`flasheval.stats.sampling.example_order`) with t
 :class:`~flasheval.reference.live.BuildSettings`) records everything a placement must reproduce; a
 live placement refuses a reference whose settings it cannot match
 (:func:`flasheval.reference.live.prepare_live`). The loop that scores the models, the same for
-both engines, is :func:`flasheval.placement.building.build_models`.
+both engines, is :func:`flasheval.reference.building.build_models`.
 """
 
 from __future__ import annotations

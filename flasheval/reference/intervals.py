@@ -126,7 +126,7 @@ def reference_rank_intervals(reference: ReferenceLeaderboard, *, aggregate: str 
 
     Examples
     --------
-    >>> from flasheval.placement.simulation import synthetic_reference
+    >>> from flasheval.analysis.simulation import synthetic_reference
     >>> ref = synthetic_reference(6, [300, 300], rng=0, ability_spread=2.0)
     >>> res = reference_rank_intervals(ref, n_resamples=400)
     >>> [m.interval for m in res.models][:2], res.n_groups
@@ -163,7 +163,7 @@ def interval_neighbours(reference: ReferenceLeaderboard, interval: tuple[int, in
 
     Examples
     --------
-    >>> from flasheval.placement.simulation import synthetic_reference
+    >>> from flasheval.analysis.simulation import synthetic_reference
     >>> ref = synthetic_reference(5, [50], rng=0)
     >>> names = [r.model_id for r in ref.ranking()]
     >>> interval_neighbours(ref, (2, 4)) == tuple(names[1:3]), interval_neighbours(ref, (3, 3))

@@ -1,6 +1,6 @@
 """Live references: what a built reference pins, and the one check that a live run reproduces it.
 
-A reference built by ``flasheval reference build`` (:mod:`flasheval.placement.building`) records in
+A reference built by ``flasheval reference build`` (:mod:`flasheval.reference.building`) records in
 its manifest's ``build`` dict (:class:`BuildSettings`) everything a live placement must
 reproduce for its comparison to be paired: the seed (example order and few-shot sets), the
 continuation spacing, the dtype, the SHA-256 of every task file and, per task, a digest of

@@ -5,7 +5,7 @@ A reference whose manifest ``build`` dict is :class:`~flasheval.lmeval.settings.
 (kind ``lm-eval``) comes from ``reference import --format lm-eval-samples`` (lm-eval's own logs,
 any backend) or from ``reference build --engine lm-eval`` (every model through flasheval's engine behind
 lm-eval's task code, resumable through the results store: the docs of :func:`select_docs`, the
-settings of :func:`lmeval_build_settings`, the loop :func:`flasheval.placement.building.build_models`).
+settings of :func:`lmeval_build_settings`, the loop :func:`flasheval.reference.building.build_models`).
 :func:`prepare_lmeval_live` is the one check before a live placement on it: the installed
 lm-eval version, every task's config (digest) and few-shot setting must equal the reference's,
 or it refuses in one line.

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flasheval.errors import InputError
-from flasheval.placement.run_folder import RUN_FILE, is_run_folder, read_run
-from flasheval.records import SCHEMA, RunRecord, atomic_write_text, read_record
+from flasheval.runs.folder import RUN_FILE, is_run_folder, read_run
+from flasheval.records.run_record import SCHEMA, RunRecord, atomic_write_text, read_record
 from flasheval.report.blocks import Block, Heading, Paragraph
 from flasheval.report.html import render_html
 from flasheval.report.markdown import render_markdown, write_figures
@@ -77,7 +77,7 @@ def _run_folder_blocks(folder: Path) -> tuple[list[Block], tuple[str, ...]]:
 def render_report(path: str | os.PathLike[str]) -> ReportFiles:
     """Render the records at ``path`` into ``report.md``, ``figures/`` and ``report.html`` beside them.
 
-    A training run's folder (one holding ``run.json``, :mod:`flasheval.placement.run_folder`) is rendered as
+    A training run's folder (one holding ``run.json``, :mod:`flasheval.runs.folder`) is rendered as
     one run: rank against step and a table of its checkpoints.
     """
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).strip():

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from flasheval.placement.run_folder import RunCheckpoint, RunHistory
+from flasheval.runs.folder import RunCheckpoint, RunHistory
 from flasheval.placement.tiers import Tier
 from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table
 from flasheval.report.figures import parse_tier_label

@@ -2,8 +2,8 @@
 
 One function per kind turns a record's payload into :mod:`~flasheval.report.blocks`. The
 payload fields read here are those written by ``place`` and ``backtest``
-(:mod:`flasheval.placement.controller`, :mod:`flasheval.placement.backtest`), ``sweep`` (:mod:`flasheval.placement.sweep`)
-and ``dior`` (:mod:`flasheval.placement.dior`). ``evaluate`` records get their per-task accuracies,
+(:mod:`flasheval.placement.controller`, :mod:`flasheval.analysis.backtest`), ``sweep`` (:mod:`flasheval.sweeps.schedule`)
+and ``dior`` (:mod:`flasheval.analysis.dior`). ``evaluate`` records get their per-task accuracies,
 suite aggregates (partial ones labelled), validation losses and compute, then a table of their
 top-level values. ``scaling`` records are drawn by ``flasheval.report.scaling_figure`` when that module
 exists (it provides ``scaling_figure(payload) -> bytes | matplotlib Figure``).
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flasheval.errors import FlashevalError
-from flasheval.records import RunRecord
+from flasheval.records.run_record import RunRecord
 from flasheval.report import figures
 from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table, VectorFigure
 from flasheval.report.rank_figure import pool_intervals, reference_intervals_svg

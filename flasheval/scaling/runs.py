@@ -5,7 +5,7 @@ dataset, and any number of measured values (validation losses, per-task or avera
 boolean flags (e.g. which runs a paper fitted). Accepted files:
 
 - CSV (``.csv``, ``.csv.gz``) and parquet (``.parquet``): one row per run;
-- JSON: a flasheval run record (``flasheval.records``) whose payload is one run or holds ``runs``
+- JSON: a flasheval run record (``flasheval.records.run_record``) whose payload is one run or holds ``runs``
   (a list of runs), or a plain list of runs / ``{"runs": [...]}``. Nested ``metrics``, ``aggregates``,
   ``losses`` and ``errors`` objects of a run are merged into it.
 - ``flasheval evaluate`` records (``summary.json``) give one run: their ``model_id`` and the flat
@@ -36,7 +36,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from flasheval.errors import InputError, UnknownNameError
-from flasheval.records import SCHEMA, read_record
+from flasheval.records.run_record import SCHEMA, read_record
 
 __all__ = ["COLUMN_ALIASES", "RunsTable", "read_runs", "read_runs_files"]
 

@@ -29,7 +29,7 @@ _ID_COLUMNS = ("model", "model_id", "eval_file", "name", "model_name")
 def _record_scores(path: Path) -> tuple[str, pd.DataFrame]:
     import pandas as pd
 
-    from flasheval.records import read_record
+    from flasheval.records.run_record import read_record
 
     record = read_record(path)
     tasks = record.payload.get("tasks")

@@ -73,7 +73,7 @@ def test_lmeval_tokens_counts_the_rows_lm_eval_runs():
     pytest.importorskip("lm_eval")
     from lm_eval.api.instance import Instance
 
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
     from flasheval.types import LoglikelihoodRequest
     from tests.engine.conftest import tiny_model_and_tokenizer
 

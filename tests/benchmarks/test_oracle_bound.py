@@ -10,8 +10,8 @@ import pytest
 from scipy import optimize
 
 from benchmarks import oracle_bound as ob
-from flasheval.placement.backtest import full_data_ranks
-from flasheval.placement.simulation import synthetic_reference
+from flasheval.analysis.backtest import full_data_ranks
+from flasheval.analysis.simulation import synthetic_reference
 from flasheval.placement.tiers import load_tier_plan
 
 
@@ -100,8 +100,8 @@ def test_oracle_bound_cli_prints_the_oracle_and_the_method_share(capsys, tmp_pat
 def test_method_savings_read_every_seed_of_a_backtest_record(tmp_path):
     import argparse
 
-    from flasheval.placement.backtest import backtest
-    from flasheval.records import write_record
+    from flasheval.analysis.backtest import backtest
+    from flasheval.records.run_record import write_record
 
     # the reader only needs real records: a Pocock-corrected plan with few resamples makes them without
     # the default plan's calibration per held-out model (its looks are tested in tests/placement)

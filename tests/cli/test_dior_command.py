@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from flasheval import cli
-from flasheval.placement.dior import run_dior
-from flasheval.records import read_record
+from flasheval.analysis.dior import run_dior
+from flasheval.records.run_record import read_record
 from flasheval.reference import load_reference
 from flasheval.stats.ranking import aggregate
 

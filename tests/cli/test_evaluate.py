@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from flasheval import cli
-from flasheval.engine.store import iter_store
-from flasheval.records import read_record
+from flasheval.engine.store.results import iter_store
+from flasheval.records.run_record import read_record
 from tests.conftest import REPO_ROOT
 from tests.engine.conftest import smollm_gguf
 from tests.engine.test_distributed import _free_port, one_thread

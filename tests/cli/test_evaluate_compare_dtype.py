@@ -16,7 +16,7 @@ import pytest
 
 import flasheval
 from flasheval.cli import main
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from tests.engine.conftest import tiny_model_and_tokenizer
 from tests.engine.test_distributed import one_thread
 

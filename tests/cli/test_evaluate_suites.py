@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from flasheval import cli
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from flasheval.scaling.runs import read_runs_files
 from tests.cli import test_evaluate
 from tests.cli.test_evaluate import _cli

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from flasheval import cli
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from flasheval.stats.scaling import error_law, loss_law
 
 LAWS = {"x": ({"E": 1.8, "a": 200.0, "b": 350.0, "eta": 0.13}, {"epsilon": 0.85, "k": 2.1, "gamma": 0.75}),
@@ -127,7 +127,7 @@ def test_fit_that_does_not_converge_one_line(tmp_path, capsys):
 def test_fit_reads_losses_and_errors_from_evaluate_records(tmp_path, capsys, caplog):
     """N and D from a CSV, loss and Gadre-17 error from one ``evaluate`` record per run: the same fit as
     the one table holding everything; a partial suite's error is not fitted unless named."""
-    from flasheval.records import write_record
+    from flasheval.records.run_record import write_record
 
     table = _table(np.random.default_rng(0))
     table = table[table["dataset"] == "x"].rename(columns={"err_avg17": "gadre-17"})

@@ -19,8 +19,8 @@ import sys
 import time
 
 from flasheval.cli.launch import launch
-from flasheval.engine.distributed import DistributedBackend, open_shared_store, processes
-from flasheval.engine.store import CachedBackend
+from flasheval.engine.coordination.distributed import DistributedBackend, open_shared_store, processes
+from flasheval.engine.store.results import CachedBackend
 from flasheval.errors import FlashevalError
 from tests.engine.test_distributed import backend_for_test, requests_for_test
 

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import flasheval
-from flasheval.engine.process_group import caller_group
+from flasheval.engine.coordination.process_group import caller_group
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _training_job_worker import example  # noqa: E402

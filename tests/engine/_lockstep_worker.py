@@ -3,7 +3,7 @@
 ``_lockstep_worker.py OUT``: the script makes its own gloo group, scores the distributed tests' uneven
 log-likelihood requests and generation requests of different lengths with the tiny Llama first alone
 (unsharded, no collective), then sharded with FSDP2 (``fully_shard``: every forward pass all-gathers the
-parameters from both processes) through :class:`~flasheval.engine.distributed.DistributedBackend` with
+parameters from both processes) through :class:`~flasheval.engine.coordination.distributed.DistributedBackend` with
 ``distributed="all"``. It records both results, the forward passes it ran for its own work (``real``) and to
 join the other's (``dummy``), and checks the group after.
 """
@@ -16,9 +16,9 @@ import sys
 import torch
 import torch.distributed as dist
 
-from flasheval.engine.distributed import DistributedBackend, processes
-from flasheval.engine.hf import HFBackend
-from flasheval.engine.in_memory import scoring_mode
+from flasheval.engine.coordination.distributed import DistributedBackend, processes
+from flasheval.engine.hf.backend import HFBackend
+from flasheval.engine.hf.in_memory import scoring_mode
 from flasheval.types import GenerationRequest
 from tests.engine.conftest import tiny_model_and_tokenizer
 from tests.engine.test_distributed import requests_for_test

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from flasheval.engine.store import ResultStore
+from flasheval.engine.store.results import ResultStore
 from flasheval.errors import BackendError
 from flasheval.types import LoglikelihoodResult
 

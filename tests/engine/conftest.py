@@ -90,7 +90,7 @@ def smollm_path() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm_backend(smollm_path: Path):
-    from flasheval.engine.hf_loading import load_hf_backend
+    from flasheval.engine.hf.loading import load_hf_backend
 
     return load_hf_backend(str(smollm_path.parent), gguf_file=smollm_path.name, dtype="float32", device="cpu", batch_size=16)
 
@@ -98,7 +98,7 @@ def smollm_backend(smollm_path: Path):
 @pytest.fixture(scope="session")
 def gemma3_backend():
     """The real Gemma-3-270M GGUF (sliding window 512, 5 local : 1 global layers), float32 on CPU."""
-    from flasheval.engine.hf_loading import load_hf_backend
+    from flasheval.engine.hf.loading import load_hf_backend
 
     path = fetched_model("gemma3-270m")
     if path is None:

@@ -20,7 +20,7 @@ from tests.engine.conftest import byte_tokenizer
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-hf = pytest.importorskip("flasheval.engine.hf")
+hf = pytest.importorskip("flasheval.engine.hf.backend")
 
 WINDOW = 8
 HYBRID = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"]
@@ -113,7 +113,7 @@ def test_untested_family_falls_back_to_exact_unpadded_scoring(tokenizer, caplog)
                                       bos_token_id=256, eos_token_id=257, pad_token_id=257)
     torch.manual_seed(0)  # test fixture only
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    with caplog.at_level(logging.WARNING, logger="flasheval.engine.hf"):
+    with caplog.at_level(logging.WARNING, logger="flasheval.engine.hf.backend"):
         backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=8)
     assert not backend.shares_context
     assert "'mamba'" in caplog.text and "unpadded forward pass" in caplog.text

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flasheval.engine.base import BackendInfo
-from flasheval.engine.distributed import DistributedBackend
+from flasheval.engine.coordination.distributed import DistributedBackend
 from flasheval.engine.loading import behind_store, n_parameters, open_model
 from flasheval.engine.specs import parse_named_models
 from flasheval.types import LoglikelihoodRequest

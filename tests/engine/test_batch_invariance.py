@@ -2,7 +2,7 @@
 
 Each request is scored alone (batch of one), then in batches with other companions, other padding
 lengths and another order, and the two are compared. Without the padded-width rounding of
-:func:`~flasheval.engine.hf_forward.padded_width` (``pad_multiple=1``) the CPU attention kernels add a
+:func:`~flasheval.engine.hf.forward.padded_width` (``pad_multiple=1``) the CPU attention kernels add a
 row's terms up in another order whenever its padding changes, and bf16 makes that visible: 0.12 to
 0.22 nats per choice on SmolLM2-135M, 6e-4 to 3e-3 on the tiny Llamas below.
 """
@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from flasheval.engine.hf import HFBackend
+from flasheval.engine.hf.backend import HFBackend
 from flasheval.types import LoglikelihoodRequest
 from tests.engine.conftest import tiny_model_and_tokenizer
 
@@ -91,7 +91,7 @@ def test_long_requests_need_the_kernel_block_as_multiple(tiny_peaky):
 def test_smollm2_in_bf16_is_batch_invariant_within_a_hundredth_of_a_nat(smollm_hf):
     """The real SmolLM2-135M in bf16, natural prompts under 512 tokens: within 1e-2 nats (measured: 0). Its
     converted float32 folder loaded in bf16: the same weights as the GGUF's own bf16 load, without a second parse."""
-    from flasheval.engine.hf_loading import load_hf_backend
+    from flasheval.engine.hf.loading import load_hf_backend
 
     backend = load_hf_backend(str(smollm_hf), dtype="bfloat16", device="cpu")
     contexts = {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flasheval.cli import main
-from flasheval.engine.device_map import (
+from flasheval.engine.hf.device_map import (
     DeviceMap,
     ReplicaPlacement,
     device_map_from,
@@ -198,7 +198,7 @@ def _scores(backend) -> tuple[list[tuple[float, bool]], list[float], list[str]]:
 @pytest.fixture(scope="module")
 def one_device(tiny_folder):
     """The tiny model on one device (the CPU, not dispatched) and its scores."""
-    from flasheval.engine.hf_loading import load_hf_backend
+    from flasheval.engine.hf.loading import load_hf_backend
 
     backend = load_hf_backend(str(tiny_folder), dtype="float32", device="cpu", batch_size=4)
     assert not hasattr(backend._model, "hf_device_map")
@@ -211,7 +211,7 @@ def one_device(tiny_folder):
     dict(device_map={"": "disk"}, offload="disk"),  # every weight read from disk for its pass
 ], ids=["split", "capped", "all-on-disk"])
 def test_offloaded_and_dispatched_loads_score_as_one_device(options, one_device, tiny_folder, tmp_path):
-    from flasheval.engine.hf_loading import load_hf_backend
+    from flasheval.engine.hf.loading import load_hf_backend
 
     fingerprint, (likelihood, rolling, generation) = one_device
     offload = tmp_path / options.pop("offload")
@@ -232,7 +232,7 @@ def test_a_model_the_caller_dispatched_is_scored_as_it_is(one_device, tiny_folde
     import flasheval
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
 
     model = AutoModelForCausalLM.from_pretrained(tiny_folder, device_map=SPLIT, offload_folder=tmp_path / "off")
     tokenizer = AutoTokenizer.from_pretrained(tiny_folder)
@@ -247,7 +247,7 @@ def test_a_model_the_caller_dispatched_is_scored_as_it_is(one_device, tiny_folde
 def test_a_load_that_needs_an_offload_folder_says_which_option(tiny_folder, monkeypatch):
     import transformers
 
-    from flasheval.engine.hf_loading import load_hf_backend
+    from flasheval.engine.hf.loading import load_hf_backend
     from flasheval.errors import BackendError
 
     def refuse(*args, **kwargs):  # what transformers says when offloaded weights must be written out (a GGUF)
@@ -261,7 +261,7 @@ def test_a_load_that_needs_an_offload_folder_says_which_option(tiny_folder, monk
 
 
 def test_evaluate_with_a_device_map_records_the_same_scores_and_fingerprint(tiny_folder, tmp_path, capsys):
-    from flasheval.records import read_record
+    from flasheval.records.run_record import read_record
 
     text = tmp_path / "heldout.txt"
     text.write_text("the rain in spain stays mainly in the plain\n" * 4)
@@ -300,7 +300,7 @@ def test_a_gguf_file_takes_a_device_map(smollm_path, smollm_backend, tmp_path):
     """A GGUF file spread over CPU memory and disk. Read from its converted folder (the GGUF cache, which the
     ``smollm_backend`` load filled) accelerate offloads from the folder's own safetensors; dequantized from the
     file itself (no cache) the offloaded layers go to the offload folder."""
-    from flasheval.engine.hf_loading import load_hf_backend, plan_hf_load
+    from flasheval.engine.hf.loading import load_hf_backend, plan_hf_load
 
     placement = device_map_from("auto", max_memory="cpu=200MB", offload_folder=tmp_path / "off")
     backend = load_hf_backend(str(smollm_path.parent), gguf_file=smollm_path.name, dtype="float32", batch_size=16,

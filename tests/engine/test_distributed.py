@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from flasheval.engine.base import example_units
-from flasheval.engine.distributed import DistributedBackend
-from flasheval.engine.store import CachedBackend, ResultStore, iter_store
+from flasheval.engine.coordination.distributed import DistributedBackend
+from flasheval.engine.store.results import CachedBackend, ResultStore, iter_store
 from flasheval.types import LoglikelihoodRequest
 from tests.conftest import REPO_ROOT
 from tests.engine.conftest import tiny_model_and_tokenizer
@@ -44,7 +44,7 @@ def requests_for_test() -> list[LoglikelihoodRequest]:
 
 
 def backend_for_test():
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
 
     model, tokenizer = tiny_model_and_tokenizer(seed=2)
     # 2 rows: the 7 examples (a packed group is one row) make 4 batches, so each of 2 processes has 2 rounds

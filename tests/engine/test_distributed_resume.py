@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flasheval.engine.store import ResultStore
+from flasheval.engine.store.results import ResultStore
 from tests.engine.test_distributed import _resume_alone, _rows, backend_for_test, launch, one_thread, requests_for_test
 
 pytest.importorskip("accelerate")

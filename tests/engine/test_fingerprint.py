@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flasheval.engine.fingerprint import hub_commit, path_digest
+from flasheval.engine.hf.fingerprint import hub_commit, path_digest
 from tests.engine.conftest import tiny_model_and_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]

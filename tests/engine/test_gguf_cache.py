@@ -1,5 +1,5 @@
 """A GGUF file is parsed once: later loads read its converted folder, with the same tensors, tokenizer,
-logits and fingerprint (flasheval/engine/gguf_cache.py)."""
+logits and fingerprint (flasheval/engine/hf/gguf_cache.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from flasheval.engine import gguf_cache
-from flasheval.engine.hf_loading import load_planned, plan_hf_load
+from flasheval.engine.hf.backend import gguf_cache
+from flasheval.engine.hf.loading import load_planned, plan_hf_load
 
 pytestmark = pytest.mark.slow  # two real SmolLM2 loads (one from the GGUF file)
 

@@ -9,7 +9,7 @@ from flasheval.types import GenerationRequest, LoglikelihoodRequest, RollingLogl
 from tests.engine.conftest import tiny_model_and_tokenizer
 
 torch = pytest.importorskip("torch")
-hf = pytest.importorskip("flasheval.engine.hf")
+hf = pytest.importorskip("flasheval.engine.hf.backend")
 
 CONTEXTS = ["", "Q", "Question: which is larger?\nAnswer:", "The sky is", "x" * 30]
 CHOICES = [" blue", " a", " the ocean floor", "!"]

@@ -25,7 +25,7 @@ def _full_forward(model, context: list[int], continuation: list[int]) -> tuple[f
 
 
 def test_token_pairs_equal_a_full_forward_and_report_every_batch(tiny):
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
 
     model, tokenizer = tiny
     backend = HFBackend(model, tokenizer, fingerprint="tiny", batch_size=3)

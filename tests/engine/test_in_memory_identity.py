@@ -49,7 +49,7 @@ def test_the_same_identity_with_other_weights_is_scored_afresh_never_served(tmp_
     assert _loss(model, tokenizer, "run/step-3", tmp_path)[1:] == (0, key)  # same weights: resumed from the store
 
     _optimizer_step(model)  # the same object, other weights, the same identity
-    with caplog.at_level(logging.WARNING, logger="flasheval.engine.weights_digest"):
+    with caplog.at_level(logging.WARNING, logger="flasheval.engine.hf.weights_digest"):
         after, computed, other_key = _loss(model, tokenizer, "run/step-3", tmp_path)
     assert computed == 1 and other_key != key
     fresh, _, _ = _loss(model, tokenizer, "fresh-identity", tmp_path, output="independent")
@@ -60,15 +60,15 @@ def test_the_same_identity_with_other_weights_is_scored_afresh_never_served(tmp_
     # Back to the first weights (a restart from the same checkpoint): their stored results serve, no warning.
     restored, _ = tiny_model_and_tokenizer(seed=5)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="flasheval.engine.weights_digest"):
+    with caplog.at_level(logging.WARNING, logger="flasheval.engine.hf.weights_digest"):
         assert _loss(restored, tokenizer, "run/step-3", tmp_path) == (before, 0, key)
-    assert not [r for r in caplog.records if r.name == "flasheval.engine.weights_digest"]
+    assert not [r for r in caplog.records if r.name == "flasheval.engine.hf.weights_digest"]
 
 
 def test_a_one_element_change_changes_the_digest_and_the_same_weights_keep_it():
     import torch
 
-    from flasheval.engine.weights_digest import weights_digest
+    from flasheval.engine.hf.weights_digest import weights_digest
 
     model, _ = tiny_model_and_tokenizer(seed=1)
     twin, _ = tiny_model_and_tokenizer(seed=1)
@@ -89,7 +89,7 @@ def test_a_one_element_change_changes_the_digest_and_the_same_weights_keep_it():
 
 
 def test_the_identity_record_is_kept_by_the_process_that_writes_the_store(tmp_path):
-    from flasheval.engine.in_memory import LoadedModel
+    from flasheval.engine.hf.in_memory import LoadedModel
     from flasheval.engine.loading import open_cached_backend
 
     model, tokenizer = tiny_model_and_tokenizer(seed=2)

@@ -1,6 +1,6 @@
 """The durable append-only journal under both results stores."""
 
-from flasheval.engine.journal import append_lines, read_journal, truncate_journal
+from flasheval.engine.store.journal import append_lines, read_journal, truncate_journal
 
 
 def test_appends_are_complete_lines_and_a_torn_tail_is_reported_not_mixed_in(tmp_path):

@@ -15,8 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
-from flasheval.engine.in_memory import scoring_mode  # noqa: E402
-from flasheval.engine.mixed_precision import autocast_wrapped, without_autocast  # noqa: E402
+from flasheval.engine.hf.in_memory import scoring_mode  # noqa: E402
+from flasheval.engine.hf.mixed_precision import autocast_wrapped, without_autocast  # noqa: E402
 from tests.engine.conftest import tiny_model_and_tokenizer  # noqa: E402
 
 IDS = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 61]])

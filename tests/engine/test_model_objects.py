@@ -53,8 +53,8 @@ def test_an_fsdp2_model_runs_through_its_sharding_and_digests_its_local_shard(tm
         pytest.skip("this torch has no FSDP2 (torch.distributed.fsdp.fully_shard)")
     from torch.distributed.device_mesh import init_device_mesh
 
-    from flasheval.engine.in_memory import is_sharded
-    from flasheval.engine.weights_digest import weights_digest
+    from flasheval.engine.hf.in_memory import is_sharded
+    from flasheval.engine.hf.weights_digest import weights_digest
 
     model, tokenizer = tiny_model_and_tokenizer(seed=4)
     loss, computed = _evaluate(model, tokenizer, tmp_path)
@@ -76,7 +76,7 @@ def test_an_fsdp2_model_runs_through_its_sharding_and_digests_its_local_shard(tm
 def test_a_compiled_model_runs_its_original_module(tmp_path):
     import torch
 
-    from flasheval.engine.in_memory import LoadedModel
+    from flasheval.engine.hf.in_memory import LoadedModel
 
     model, tokenizer = tiny_model_and_tokenizer(seed=4)
     compiled = torch.compile(model)  # compiles lazily: nothing compiles here, the eager module is scored

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from flasheval.engine.base import SCORING_VERSION
-from flasheval.engine.fingerprint import RunSettings, model_fingerprint, path_digest
+from flasheval.engine.hf.fingerprint import RunSettings, model_fingerprint, path_digest
 from flasheval.engine.loading import behind_store, open_model
 from flasheval.engine.specs import parse_named_models
-from flasheval.engine.store import ResultStore, shard_path
+from flasheval.engine.store.results import ResultStore, shard_path
 from flasheval.hashing import stable_hash
 from flasheval.types import LoglikelihoodRequest, LoglikelihoodResult
 from tests.engine.conftest import tiny_model_and_tokenizer
@@ -62,7 +62,7 @@ def test_a_result_stored_under_another_library_version_is_not_served(tiny_folder
 
 def test_an_in_memory_model_is_keyed_by_its_attention_implementation():
     pytest.importorskip("torch")
-    from flasheval.engine.in_memory import LoadedModel
+    from flasheval.engine.hf.in_memory import LoadedModel
 
     model, tokenizer = tiny_model_and_tokenizer(seed=3)
     loaded = LoadedModel(model=model, tokenizer=tokenizer, identity="run-7/step-1")
@@ -117,7 +117,7 @@ def test_a_store_of_an_older_scoring_version_is_not_adopted(tiny_folder, tmp_pat
 
 def test_lm_evals_convention_key_carries_the_previous_key_as_the_previous_release_combined_it():
     pytest.importorskip("torch")
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
     from flasheval.lmeval.conventions import CONVENTION_VERSION, LmEvalConventionBackend
 
     model, tokenizer = tiny_model_and_tokenizer(seed=3)
@@ -131,8 +131,8 @@ def test_lm_evals_convention_key_carries_the_previous_key_as_the_previous_releas
 def test_an_old_shard_another_run_writes_is_left_to_a_later_run(tmp_path, caplog):
     import os
 
-    from flasheval.engine.store_adoption import adopt_shard
-    from flasheval.engine.store_shards import lock_shard
+    from flasheval.engine.store.adoption import adopt_shard
+    from flasheval.engine.store.shards import lock_shard
 
     with ResultStore(tmp_path, fingerprint="old") as store:
         store.put_many([("k", LoglikelihoodResult(task_name="t", example_id="0", choice_index=0, logprob_sum=1.0,

@@ -18,8 +18,8 @@ from flasheval.types import LoglikelihoodRequest
 from tests.engine.conftest import tiny_model_and_tokenizer
 
 torch = pytest.importorskip("torch")
-hf = pytest.importorskip("flasheval.engine.hf")
-hf_forward = pytest.importorskip("flasheval.engine.hf_forward")
+hf = pytest.importorskip("flasheval.engine.hf.backend")
+hf_forward = pytest.importorskip("flasheval.engine.hf.forward")
 
 CONTEXTS = ["", "The sky is", "Which is larger, a cat or a horse?"]  # + continuation < 64 positions
 CHOICES = [" blue", " a", " the ocean floor at night", "!"]

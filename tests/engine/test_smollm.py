@@ -37,7 +37,7 @@ def _mc_requests() -> list[LoglikelihoodRequest]:
 def test_perplexity_of_real_text_far_below_random_twin(smollm_backend):
     from transformers import AutoModelForCausalLM
 
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
 
     request = [RollingLoglikelihoodRequest(task_name="v", example_id="0", text=TEXT)]
     real = smollm_backend.loglikelihood_rolling(request)[0]
@@ -71,7 +71,7 @@ def test_shared_context_equals_independent_scoring_within_1e_4(smollm_backend):
 
 @pytest.mark.slow
 def test_batched_equals_unbatched(smollm_backend):
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
 
     requests = _mc_requests()
     batched = smollm_backend.loglikelihood(requests)
@@ -85,7 +85,7 @@ def test_batched_equals_unbatched(smollm_backend):
 def test_the_converted_folder_scores_exactly_as_the_gguf(smollm_backend, smollm_hf):
     # Other tests load SmolLM2 from the Hugging Face folder converted once per run (tests/conftest.py:
     # smollm_hf); here it must give the GGUF's results bit for bit, tokens and greedy flags included.
-    from flasheval.engine.hf_loading import load_hf_backend
+    from flasheval.engine.hf.loading import load_hf_backend
     from flasheval.engine.loading import n_parameters
 
     converted = load_hf_backend(str(smollm_hf), dtype="float32", device="cpu", batch_size=16)

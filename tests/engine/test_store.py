@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from flasheval.engine.store import CachedBackend, ResultStore, iter_store, shard_path
+from flasheval.engine.store.results import CachedBackend, ResultStore, iter_store, shard_path
 from flasheval.errors import BackendError
 from flasheval.types import LoglikelihoodRequest, LoglikelihoodResult, RollingLoglikelihoodResult
 from tests.engine.conftest import tiny_model_and_tokenizer
@@ -95,7 +95,7 @@ def test_a_reader_of_an_empty_folder_creates_nothing(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_backend():
     pytest.importorskip("torch")
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
 
     model, tokenizer = tiny_model_and_tokenizer(seed=1)
     return HFBackend(model, tokenizer, fingerprint="tiny-1", batch_size=3)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from flasheval.engine.journal import append_lines
-from flasheval.engine.store import CachedBackend, ResultStore, iter_store, shard_path
-from flasheval.engine.store_shards import _checksum, encode_record
+from flasheval.engine.store.journal import append_lines
+from flasheval.engine.store.results import CachedBackend, ResultStore, iter_store, shard_path
+from flasheval.engine.store.shards import _checksum, encode_record
 from flasheval.errors import BackendError
 from flasheval.hashing import stable_hash
 from flasheval.types import (
@@ -31,7 +31,7 @@ from flasheval.types import (
 from tests.conftest import REPO_ROOT
 
 
-# --- the single-file store of the earlier release, its encoder verbatim (flasheval/engine/store.py before shards)
+# --- the single-file store of the earlier release, its encoder verbatim (flasheval/engine/store/results.py before shards)
 def _legacy_checksum(record):
     return stable_hash({k: v for k, v in record.items() if k != "crc"}, n_chars=16)
 

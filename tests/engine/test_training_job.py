@@ -176,7 +176,7 @@ def test_distributed_is_checked_at_every_entry_in_one_line(call):
 
 def test_main_never_touches_torch_distributed():
     """``distributed="main"`` imports nothing of torch.distributed (so it cannot depend on a group's state)."""
-    code = ("import sys; from flasheval.engine.distributed import check_distributed, processes; "
+    code = ("import sys; from flasheval.engine.coordination.distributed import check_distributed, processes; "
             "assert processes('main') is None and check_distributed('main') == 'main'; "
             "print(any(m.startswith('torch') for m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,

@@ -76,7 +76,7 @@ def _offloaded(folder, tmp_path, name: str):
 def test_models_offloaded_to_disk_are_digested_from_where_their_weights_live(tmp_path):
     pytest.importorskip("accelerate")
 
-    from flasheval.engine.weights_digest import weights_digest
+    from flasheval.engine.hf.weights_digest import weights_digest
 
     first, tokenizer = tiny_model_and_tokenizer(seed=3)
     second, _ = tiny_model_and_tokenizer(seed=3)
@@ -103,7 +103,7 @@ def test_cpu_offload_is_read_from_its_hooks_and_an_unreadable_weight_is_refused_
     from accelerate import cpu_offload
 
     import flasheval
-    from flasheval.engine.weights_digest import weights_digest
+    from flasheval.engine.hf.weights_digest import weights_digest
 
     model, tokenizer = tiny_model_and_tokenizer(seed=4)
     digest = weights_digest(model)
@@ -134,7 +134,7 @@ class Scale(torch.nn.Module):
 def test_parametrizations_and_hooks_that_replace_weights_change_the_digest(tmp_path):
     from torch.nn.utils import parametrize
 
-    from flasheval.engine.weights_digest import weights_digest
+    from flasheval.engine.hf.weights_digest import weights_digest
 
     model, tokenizer = tiny_model_and_tokenizer(seed=6)
     parametrize.register_parametrization(model.lm_head, "weight", Scale(1.0))
@@ -174,7 +174,7 @@ def test_a_model_edited_in_place_between_placements_is_scored_afresh(tmp_path, c
     weight = model.model.layers[0].self_attn.o_proj.weight
     with torch.no_grad():
         weight.view(-1)[weight.numel() // 3] += 1.0  # one element, between two placements of the same object
-    with caplog.at_level(logging.WARNING, logger="flasheval.engine.weights_digest"):
+    with caplog.at_level(logging.WARNING, logger="flasheval.engine.hf.weights_digest"):
         after, computed, other_key = _loss(model, tokenizer, "run/step-5", tmp_path)
     assert computed == 1 and other_key != key and after != before
     assert "weights differ from those stored under it" in caplog.text
@@ -200,8 +200,8 @@ def _example():
 def test_the_saved_copy_of_weights_placed_in_memory_is_told_the_same_weights(tmp_path, task_dir, caplog):
     import flasheval
     from flasheval.cli import main
-    from flasheval.engine.weights_digest import weights_digest
-    from flasheval.records import read_record
+    from flasheval.engine.hf.weights_digest import weights_digest
+    from flasheval.records.run_record import read_record
 
     example = _example()
     reference = example.build_small_reference(task_dir, tmp_path)

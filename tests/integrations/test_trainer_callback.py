@@ -21,7 +21,7 @@ import pytest
 
 import flasheval
 from flasheval.cli import main as cli
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from tests.conftest import REPO_ROOT
 
 pytest.importorskip("torch")
@@ -359,7 +359,7 @@ def test_a_bf16_trainer_places_as_its_saved_weights_do(world, tmp_path):
     assert [e["score"] for e in in_memory.live.examples] == [e["score"] for e in saved.live.examples]
     # The scores above are accuracies, which bf16 rarely flips on a tiny model: the log-likelihoods each stored is
     # the sharp check (bf16 matrix products differ from float32 ones in their last bits and more).
-    from flasheval.engine.store import ResultStore
+    from flasheval.engine.store.results import ResultStore
 
     stored = [ResultStore(folder, fingerprint=run.live.fingerprint, writer=False).results()
               for folder, run in ((tmp_path / "run" / "store", in_memory), (tmp_path / "saved" / "store", saved))]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flasheval.cli import main
-from flasheval.engine.store import iter_store
+from flasheval.engine.store.results import iter_store
 from flasheval.reference import read_lm_eval_samples
 from tests._tiny_models import save_tiny_models
 from tests.conftest import REPO_ROOT

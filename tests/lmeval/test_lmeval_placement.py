@@ -23,9 +23,9 @@ import pytest
 
 import flasheval
 from flasheval.cli import main
-from flasheval.placement.building import EXAMPLE_FIELDS
+from flasheval.reference.building import EXAMPLE_FIELDS
 from flasheval.placement.results import Budget
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from flasheval.reference import load_reference
 from tests._tiny_models import save_tiny_models
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from flasheval.cli.launch import launch
-from flasheval.engine.distributed import processes
+from flasheval.engine.coordination.distributed import processes
 from flasheval.errors import FlashevalError
-from flasheval.placement.replay import ReplayScorer
-from flasheval.placement.scorers import ScoredExamples
-from flasheval.placement.sweep_folder import STORE_FORMAT, open_run_folder
+from flasheval.reference.scoring.replay import ReplayScorer
+from flasheval.reference.scoring.scorers import ScoredExamples
+from flasheval.sweeps.folder import STORE_FORMAT, open_run_folder
 
 SWEEP_CONFIG = {"store_format": STORE_FORMAT, "sweep": "killed"}
 """The settings of the ``sweep`` mode's run folder (a resuming test opens it with the same)."""
@@ -32,7 +32,7 @@ SWEEP_CONFIG = {"store_format": STORE_FORMAT, "sweep": "killed"}
 
 def sweep_world():
     """The reference, the pool and the 8 checkpoints held out of it (shared with test_sweep's ``world``)."""
-    from flasheval.placement.simulation import synthetic_reference
+    from flasheval.analysis.simulation import synthetic_reference
 
     ref = synthetic_reference(40, [300, 400, 500], rng=1, ability_spread=1.5)
     held = [r.model_id for r in ref.ranking()][0:40:5]  # 8 checkpoints spread over the ranking
@@ -47,7 +47,7 @@ class _Slow(ReplayScorer):
 
 def killed_sweep(folder: str) -> int:
     from flasheval.placement.results import Budget
-    from flasheval.placement.sweep import sweep
+    from flasheval.sweeps.schedule import sweep
     from flasheval.placement.tiers import load_tier_plan
 
     ref, pool, held = sweep_world()

@@ -8,8 +8,8 @@ import pytest
 from flasheval.placement.allocation import allocation_variance, neyman_cost_allocation, residual_spreads
 from flasheval.placement.controller import place
 from flasheval.placement.looks import stage_targets
-from flasheval.placement.replay import ReplayScorer
-from flasheval.placement.simulation import synthetic_reference
+from flasheval.reference.scoring.replay import ReplayScorer
+from flasheval.analysis.simulation import synthetic_reference
 from flasheval.placement.tiers import load_tier_plan, resolve_tier_plan
 from flasheval.stats.sampling import example_order
 

@@ -6,10 +6,10 @@ import pytest
 
 from flasheval.cli import main
 from flasheval.errors import InputError
-from flasheval.placement.backtest import backtest, full_data_ranks, parse_seeds, summarize_seeds, uniform_allocation
-from flasheval.placement.simulation import synthetic_reference
+from flasheval.analysis.backtest import backtest, full_data_ranks, parse_seeds, summarize_seeds, uniform_allocation
+from flasheval.analysis.simulation import synthetic_reference
 from flasheval.placement.tiers import load_tier_plan
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from flasheval.reference import load_reference, write_reference
 from flasheval.stats.ranking import competition_ranks
 

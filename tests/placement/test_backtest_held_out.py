@@ -11,9 +11,9 @@ import pytest
 
 from flasheval.cli import main
 from flasheval.errors import InputError
-from flasheval.placement import backtest as backtest_module
-from flasheval.placement.backtest import backtest, held_out_models
-from flasheval.placement.simulation import synthetic_reference
+from flasheval.analysis import backtest as backtest_module
+from flasheval.analysis.backtest import backtest, held_out_models
+from flasheval.analysis.simulation import synthetic_reference
 from flasheval.placement.tiers import load_tier_plan
 
 

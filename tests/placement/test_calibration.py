@@ -8,11 +8,11 @@ import pytest
 from scipy import stats
 
 from flasheval.placement import calibration
-from flasheval.placement.backtest import backtest
+from flasheval.analysis.backtest import backtest
 from flasheval.placement.calibration import (Calibration, brownian_paths, calibrated_constant, stop_miss_rates,
                                              top_limit_miss, true_positions)
 from flasheval.placement.looks import look_plan
-from flasheval.placement.simulation import synthetic_reference
+from flasheval.analysis.simulation import synthetic_reference
 from flasheval.placement.stop_rule import window_fits
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.stats.sequential import pocock_constant
@@ -108,7 +108,7 @@ def test_look_plans_calibrated_constant_is_above_the_bound_below_pocock_and_hold
 
 
 def test_a_backtest_reuses_each_pools_looks_across_seeds(monkeypatch):
-    from flasheval.placement import backtest as backtest_module
+    from flasheval.analysis import backtest as backtest_module
 
     ref = synthetic_reference(5, [80, 100], rng=5)
     plan = replace(load_tier_plan("default"), correction="calibrated", n_resamples=200)
@@ -158,7 +158,7 @@ def test_stop_miss_rates_agree_with_a_path_by_path_loop():
 def test_a_capped_run_uses_pococks_constant_and_an_uncapped_one_the_calibrated(pool_and_plan):
     from flasheval.placement.controller import place
     from flasheval.placement.looks import for_budget
-    from flasheval.placement.replay import ReplayScorer
+    from flasheval.reference.scoring.replay import ReplayScorer
     from flasheval.placement.results import Budget
 
     pool, plan = pool_and_plan

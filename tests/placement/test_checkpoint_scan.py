@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from flasheval.cli import main
-from flasheval.placement.checkpoint_scan import find_checkpoints, short_file
+from flasheval.runs.checkpoint_scan import find_checkpoints, short_file
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = "(its header's length; it has {:,})"

@@ -3,11 +3,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from flasheval.placement.backtest import full_data_ranks
+from flasheval.analysis.backtest import full_data_ranks
 from flasheval.placement.controller import place
-from flasheval.placement.replay import ReplayScorer
+from flasheval.reference.scoring.replay import ReplayScorer
 from flasheval.placement.results import Budget
-from flasheval.placement.simulation import synthetic_reference
+from flasheval.analysis.simulation import synthetic_reference
 from flasheval.placement.stop_rule import decide
 from flasheval.placement.tiers import Tier, load_tier_plan
 from flasheval.stats.sampling import example_order

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from flasheval.cli import main
-from flasheval.placement.backtest import backtest
-from flasheval.placement.fluid import ABILITY_GRID, adaptive_test, fluid_rank, pool_fits
-from flasheval.placement.simulation import synthetic_reference
+from flasheval.analysis.backtest import backtest
+from flasheval.analysis.fluid import ABILITY_GRID, adaptive_test, fluid_rank, pool_fits
+from flasheval.analysis.simulation import synthetic_reference
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.stats.irt import ability_posterior, fisher_information
 

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from flasheval.api.progress import load_windows
-from flasheval.engine.deferred import DeferredBackend
+from flasheval.engine.hf.deferred import DeferredBackend
 from flasheval.placement.import_clock import ImportClock, current_clock, timing_imports
 
 BOOTSTRAP = importlib.import_module("importlib._bootstrap")

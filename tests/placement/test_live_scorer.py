@@ -7,7 +7,7 @@ import pytest
 
 from flasheval.evaluation.evaluate import score_examples
 from flasheval.placement.controller import StageRequest, score_request
-from flasheval.placement.scorers import LiveScorer
+from flasheval.reference.scoring.scorers import LiveScorer
 from flasheval.stats.sampling import example_order
 from flasheval.tasks import load_live_tasks
 
@@ -30,7 +30,7 @@ class CountingBackend:
 
 def test_a_stage_of_two_tasks_is_one_backend_call_with_the_scores_of_one_call_per_task(task_dir):
     pytest.importorskip("torch")
-    from flasheval.engine.hf import HFBackend
+    from flasheval.engine.hf.backend import HFBackend
     from tests.engine.conftest import tiny_model_and_tokenizer
 
     model, tokenizer = tiny_model_and_tokenizer(3, max_positions=512)

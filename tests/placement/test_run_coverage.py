@@ -9,9 +9,9 @@ from flasheval.errors import InputError
 from flasheval.placement.calibration import calibrated_constant, rank_function
 from flasheval.placement.controller import place, plan_looks
 from flasheval.placement.looks import look_plan
-from flasheval.placement.replay import ReplayScorer
-from flasheval.placement.run_coverage import check_n_checkpoints, simultaneous_level, split_level
-from flasheval.placement.simulation import run_subset, synthetic_reference, synthetic_run
+from flasheval.reference.scoring.replay import ReplayScorer
+from flasheval.runs.coverage import check_n_checkpoints, simultaneous_level, split_level
+from flasheval.analysis.simulation import run_subset, synthetic_reference, synthetic_run
 from flasheval.placement.stop_rule import window_fits
 from flasheval.placement.tiers import load_tier_plan
 
@@ -108,7 +108,7 @@ def test_a_split_run_by_replay_covers_and_never_stops_earlier():
     looks = {1: plan_looks(pool, plan), k: plan_looks(pool, split)}
     assert looks[k].levels[0] > looks[1].levels[0]
     gen = np.random.default_rng(11)
-    from flasheval.placement.backtest import full_data_ranks
+    from flasheval.analysis.backtest import full_data_ranks
 
     full = full_data_ranks(ref, held_out=ids)
     for _ in range(3):

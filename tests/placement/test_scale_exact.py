@@ -14,11 +14,11 @@ import numpy as np
 
 from flasheval.hashing import derive_seed
 from flasheval.placement.allocation import residual_spreads
-from flasheval.placement.backtest import full_data_ranks
+from flasheval.analysis.backtest import full_data_ranks
 from flasheval.placement.calibration import brownian_paths, limit_positions, miss_looks, rank_function, stop_misses
 from flasheval.placement.controller import Controller, course, place, plan_looks, score_request, stage_rank
-from flasheval.placement.replay import ReplayScorer
-from flasheval.placement.simulation import synthetic_reference
+from flasheval.reference.scoring.replay import ReplayScorer
+from flasheval.analysis.simulation import synthetic_reference
 from flasheval.placement.stop_rule import window_fits
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.stats.bootstrap import pool_examples, rank_distribution

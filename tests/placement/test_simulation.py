@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from flasheval.placement.simulation import SYNTHETIC_POOLS, simulate_coverage, synthetic_reference
+from flasheval.analysis.simulation import SYNTHETIC_POOLS, simulate_coverage, synthetic_reference
 from flasheval.placement.tiers import load_tier_plan
 
 

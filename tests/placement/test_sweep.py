@@ -9,12 +9,12 @@ import pytest
 
 from flasheval import cli
 from flasheval.errors import InputError
-from flasheval.placement.replay import ReplayScorer
+from flasheval.reference.scoring.replay import ReplayScorer
 from flasheval.placement.results import Budget
-from flasheval.placement.sweep import sweep
-from flasheval.placement.sweep_folder import open_run_folder
+from flasheval.sweeps.schedule import sweep
+from flasheval.sweeps.folder import open_run_folder
 from flasheval.placement.tiers import load_tier_plan
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from tests.placement._run_folder_worker import SWEEP_CONFIG, sweep_world
 
 
@@ -222,7 +222,7 @@ def test_the_sweeps_running_totals_equal_a_recount_after_every_stage(world):
     # the budget check keeps examples and tokens as running totals; recount them from scratch after every stage
     from flasheval.placement.controller import Controller, course, score_request
     from flasheval.placement.looks import look_plan
-    from flasheval.placement.sweep import _Spent, _spent
+    from flasheval.sweeps.schedule import _Spent, _spent
 
     ref, pool, held = world
     plan = replace(load_tier_plan("default"), correction="pocock").for_pool(pool.n_models + 1)

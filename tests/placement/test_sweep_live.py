@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 from flasheval.cli import main
-from flasheval.placement.live_scoring import LiveOptions, prepare_scoring
+from flasheval.reference.scoring.live import LiveOptions, prepare_scoring
 from flasheval.placement.results import Budget
-from flasheval.placement.sweep import sweep
-from flasheval.placement.sweep_models import CheckpointPool
-from flasheval.placement.sweep_folder import STORE_FORMAT, open_run_folder
+from flasheval.sweeps.schedule import sweep
+from flasheval.sweeps.models import CheckpointPool
+from flasheval.sweeps.folder import STORE_FORMAT, open_run_folder
 from flasheval.placement.tiers import load_tier_plan
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from flasheval.reference import load_reference
 from flasheval.stats.sampling import example_order
 from flasheval.tasks import resolve_task_file, task_spec

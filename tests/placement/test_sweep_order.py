@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from flasheval.placement.simulation import synthetic_reference
-from flasheval.placement.sweep import checkpoint_order
+from flasheval.analysis.simulation import synthetic_reference
+from flasheval.sweeps.schedule import checkpoint_order
 
 
 def _checkpoints(ref, rows, n_examples):

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from flasheval import cli
-from flasheval.engine.store import ResultStore
-from flasheval.engine.store_shards import lock_folder, shard_path
-from flasheval.engine.stored_score import StoredScore, score_key
+from flasheval.engine.store.results import ResultStore
+from flasheval.engine.store.shards import lock_folder, shard_path
+from flasheval.engine.store.stored_score import StoredScore, score_key
 from flasheval.errors import InputError
-from flasheval.placement.scorers import ScoredExamples
-from flasheval.placement.sweep_folder import STORE_FORMAT, check_config, open_run_folder
-from flasheval.placement.sweep_store import StoredScorer, score_fingerprint
-from flasheval.records import read_record
+from flasheval.reference.scoring.scorers import ScoredExamples
+from flasheval.sweeps.folder import STORE_FORMAT, check_config, open_run_folder
+from flasheval.sweeps.store import StoredScorer, score_fingerprint
+from flasheval.records.run_record import read_record
 
 OLD_FOLDER = Path(__file__).with_name("data") / "run_folder_v1"
 """A run folder written by the sweep before store format 2 (store format 1): `flasheval sweep --models

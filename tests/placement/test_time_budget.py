@@ -12,9 +12,9 @@ import pytest
 import flasheval
 from flasheval.cli import main as cli
 from flasheval.placement.controller import place
-from flasheval.placement.replay import ReplayScorer
+from flasheval.reference.scoring.replay import ReplayScorer
 from flasheval.placement.results import Budget
-from flasheval.placement.simulation import synthetic_reference
+from flasheval.analysis.simulation import synthetic_reference
 from flasheval.placement.tiers import load_tier_plan
 
 PER_EXAMPLE_S = 0.004

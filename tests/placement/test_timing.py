@@ -15,7 +15,7 @@ import pytest
 import flasheval
 from flasheval.cli.place import format_timing
 from flasheval.placement.results import Timing
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from tests._tiny_models import save_tiny_models
 
 PLAN = """name: two-looks

@@ -9,7 +9,7 @@ import pytest
 
 import flasheval
 from flasheval.cli import main
-from flasheval.placement.simulation import synthetic_reference
+from flasheval.analysis.simulation import synthetic_reference
 from flasheval.reference import load_reference
 from flasheval.reference.intervals import interval_neighbours
 
@@ -87,7 +87,7 @@ def test_a_placement_names_the_reference_models_its_interval_cannot_tell_it_from
     pool = ref.without("m005")
     assert run.neighbours == interval_neighbours(pool, run.interval)
     assert len(run.neighbours) == run.interval[1] - run.interval[0]
-    from flasheval.records import read_record
+    from flasheval.records.run_record import read_record
 
     assert read_record(run.record_path).payload["neighbours"] == list(run.neighbours)
     from flasheval.cli.place import format_neighbours

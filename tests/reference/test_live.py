@@ -15,7 +15,7 @@ import pytest
 from flasheval.cli import main
 from flasheval.engine import check_model_files, parse_named_models
 from flasheval.errors import InputError
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from flasheval.reference import load_reference
 from flasheval.reference.live import BuildSettings
 from flasheval.stats.sampling import example_order

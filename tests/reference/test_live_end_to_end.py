@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from flasheval.cli import main
-from flasheval.records import read_record
+from flasheval.records.run_record import read_record
 from flasheval.reference import load_reference
 from flasheval.stats.sampling import example_order
 from tests._tiny_models import save_tiny_models

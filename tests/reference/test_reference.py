@@ -158,7 +158,7 @@ def test_import_lm_eval_samples(tmp_path):
 
 
 def test_token_counts_roundtrip_and_replay(tmp_path):
-    from flasheval.placement.replay import ReplayScorer
+    from flasheval.reference.scoring.replay import ReplayScorer
 
     frame = _frame()
     frame["n_tokens"] = np.arange(len(frame)) % 11 + 1

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from flasheval.records import write_record
+from flasheval.records.run_record import write_record
 from flasheval.reference import load_reference
 from flasheval.reference.intervals import reference_rank_intervals
 from flasheval.report import render_report

@@ -10,8 +10,8 @@ import tempfile
 import pytest
 
 from flasheval import cli
-from flasheval.placement.dior import run_dior
-from flasheval.records import write_record
+from flasheval.analysis.dior import run_dior
+from flasheval.records.run_record import write_record
 from flasheval.reference import load_reference
 from flasheval.report import render_report
 
@@ -31,7 +31,7 @@ def _place_payload(reference):
 
 
 def _backtest_payload():
-    # the fields flasheval.placement.backtest.BacktestResult.to_json writes
+    # the fields flasheval.analysis.backtest.BacktestResult.to_json writes
     rows = [{"model_id": f"m{i}", "full_rank": i, "placed_rank": i + (i % 3 == 0), "interval": [max(1, i - 2), i + 2],
              "tier": "1" if i == 1 else "2-4" if i <= 4 else "5+", "resolution": 0 if i == 1 else 1 if i <= 4 else 2,
              "within": True, "covered": True, "n_examples": 100 * i, "saving": 5.0, "status": "resolved"}

@@ -16,8 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection, PolyCollection
 
 import flasheval
-from flasheval.placement.run_folder import record_path
-from flasheval.records import read_record, write_record
+from flasheval.runs.folder import record_path
+from flasheval.records.run_record import read_record, write_record
 from flasheval.reference import load_reference
 from flasheval.report.run_figure import run_ranks_figure
 from flasheval.report.run_section import run_figure_data

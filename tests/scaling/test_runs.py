@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from flasheval.errors import InputError, UnknownNameError
-from flasheval.records import write_record
+from flasheval.records.run_record import write_record
 from flasheval.scaling.runs import read_runs, read_runs_files
 
 CSV = "model_id,params_N,tokens_D,dataset,loss,err_avg17,fit\na,1e7,2e8,x,5.1,0.8,True\nb,1e8,2e9,x,4.0,0.7,False\n"

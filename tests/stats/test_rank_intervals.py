@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from flasheval.placement.interval_simulation import simulate_interval_coverage
+from flasheval.analysis.interval_simulation import simulate_interval_coverage
 from flasheval.stats.rank_intervals import (
     _GRID,
     groups_from_intervals,

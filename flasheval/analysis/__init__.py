@@ -1,0 +1,1 @@
+"""Analysis of the method: leave-one-out backtests, simulations, interval coverage, DIoR and Fluid Benchmarking."""

@@ -1,0 +1,97 @@
+"""Lockstep scoring of a model whose forward pass is itself collective (FSDP, DeepSpeed ZeRO-3).
+
+Under ``distributed="all"`` the work is split across processes, so one process may run more forward passes
+than another (more units, longer generations, an out-of-memory back-off that splits a batch). A sharded model
+gathers its parameters from every process inside each forward pass: a process that skips a pass leaves the
+others waiting forever. In lockstep every pass is preceded by a one-integer ``all_reduce`` saying "I have a
+pass to run"; a process that has run out of work keeps answering with 0 and, while any other answers 1, joins
+with a dummy pass (a real forward on a one-token batch, its output discarded), until every process answers 0
+(the ``synced_gpus`` rule of ``transformers``' generation, for every pass). Uneven work, generation lengths
+and out-of-memory back-offs thus stay matched pass for pass. An out-of-memory error inside a sharded pass
+itself cannot be retried (the others are inside the same pass's collectives): it ends the call, and the
+group's timeout ends the others, as it would in training.
+
+:func:`is_sharded` detects the wrappers: torch FSDP1 (``FullyShardedDataParallel``), FSDP2 (``FSDPModule``,
+``fully_shard``) and DeepSpeed ZeRO-3 (parameters with ``ds_id``); torch is imported only when asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+__all__ = ["is_sharded", "lockstep"]
+
+
+def is_sharded(model: Any) -> bool:
+    """Whether ``model``'s forward is collective: an FSDP1 / FSDP2 module in it, or DeepSpeed ZeRO-3 parameters.
+
+    Examples
+    --------
+    >>> import torch
+    >>> is_sharded(torch.nn.Linear(2, 2))
+    False
+    """
+    import torch
+
+    kinds: list[type] = []
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        kinds.append(FullyShardedDataParallel)
+    except ImportError:  # pragma: no cover - a torch built without distributed support
+        pass
+    try:
+        from torch.distributed.fsdp import FSDPModule
+
+        kinds.append(FSDPModule)
+    except ImportError:  # pragma: no cover - torch before FSDP2
+        pass
+    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
+    if any(isinstance(m, tuple(kinds)) for m in modules):
+        return True
+    parameters = model.parameters() if callable(getattr(model, "parameters", None)) else ()
+    return any(hasattr(p, "ds_id") for p in parameters)
+
+
+@contextmanager
+def lockstep(model: Any, collective: Callable[[str], AbstractContextManager[None]]) -> Iterator[None]:
+    """Within the block, every forward pass of ``model`` on this process is matched on every other process.
+
+    Every process of the default group must enter the block together (the runner's rounds do). ``collective``
+    names a failed collective in one line (:func:`flasheval.engine.coordination.distributed.collective`). On leaving the block
+    normally this process joins the others' remaining passes with dummy ones until no process has work left.
+    """
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+    def others_working(mine: int) -> bool:
+        flag = torch.tensor([mine], dtype=torch.int64, device=device)
+        with collective("a forward pass in lockstep (a sharded model)"):
+            dist.all_reduce(flag)
+        return int(flag.item()) > 0
+
+    def before_pass(module: Any, args: Any) -> None:
+        others_working(1)
+
+    handle = model.register_forward_pre_hook(before_pass, prepend=True)  # before the wrapper's own gathers
+    try:
+        yield
+    finally:
+        handle.remove()
+    while others_working(0):  # not after a failure: the others are inside a pass this process left
+        _dummy_pass(model)
+
+
+def _dummy_pass(model: Any) -> None:
+    """A real forward pass on a one-token batch (token 0), its output discarded: this process's share of the
+    collectives of a pass another process runs."""
+    import torch
+
+    from flasheval.engine.hf.device_map import input_device
+
+    with torch.inference_mode():
+        model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=input_device(model)))

@@ -1,0 +1,171 @@
+"""The packed scoring pass of a Hugging Face causal LM (models without sliding-window layers, SDPA or eager).
+
+:func:`forward_packed` runs each whole context once, right-padded and without an attention mask (the causal
+kernel path), keeping the logits of each context's last column only, which predict every choice's first
+token; then one row per group holding all its choices' other inputs side by side, each choice's segment
+starting at a multiple of the pad width and attending to the context's cache and to itself (a 4-D mask),
+keeping the logits of its real tokens only. :func:`_logits_at` is how the logits are limited to the scored
+positions: a forward pre-hook on the model's output layer, removed when the pass ends.
+
+torch is imported inside the functions, never at module import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from flasheval.engine.hf.forward import MIN_LOGIT_ROWS, PassSettings, Scored, check_finite, padded_width
+from flasheval.engine.planning import Group, Item
+
+__all__ = ["forward_packed"]
+
+
+def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> list[Scored]:
+    """Each whole context once, then one row per group with all its choices' other inputs side by side.
+
+    Pass 1 runs every group's full context, right-padded and without an attention mask: under causal attention
+    a real token never sees the padding after it, so the kernel's causal path runs (no mask, grouped-query
+    attention without copied keys), and every row's tokens sit at columns ``0 .. len - 1`` whatever its
+    companions. Its logits are computed only at each row's last real column (:func:`_logits_at`), which predicts
+    every choice's first token. Pass 2 runs, for choices of two or more tokens, ``continuation[:-1]`` (a
+    continuation's last token predicts nothing), each choice in a segment of the group's row that starts at a
+    multiple of the pad width, at positions ``len(context) + j``, attending to the real context columns of the
+    cache and causally to its own segment (a 4-D mask), logits only at its real tokens. No cache is copied per
+    choice, no row is padded to the group's longest choice, and a choice's tokens sit at the same offsets modulo
+    the pad width whatever its companions, so its sums do not depend on them.
+    """
+    import torch
+
+    from flasheval.engine.hf.in_memory import no_grad
+
+    device, multiple = settings.device, settings.pad_multiple
+    lengths = [len(group.context) for group in groups]
+    n_prefix = padded_width(max(lengths), multiple)
+    ids = torch.full((len(groups), n_prefix), settings.pad_id, dtype=torch.long)
+    for g, group in enumerate(groups):
+        ids[g, : lengths[g]] = torch.tensor(group.context)
+    prefix_mask = (torch.arange(n_prefix).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
+    # Segments of pass 2: (group, item, first column), each rounded to the pad width.
+    segments, widths = [], []
+    for g, group in enumerate(groups):
+        column = 0
+        for item in group.items:
+            segments.append((g, item, column))
+            column += padded_width(len(item.continuation) - 1, multiple)
+        widths.append(column)
+    n_query = max(widths)
+    with no_grad(model):
+        with _logits_at(model, list(range(len(groups))), [n - 1 for n in lengths]) as pick:
+            out = model(input_ids=ids.to(device), use_cache=n_query > 0)
+            last = pick(out.logits)  # [groups, vocab]: each context's last column
+        # The last context token's prediction, once per choice (its first token).
+        rows = [last[torch.tensor([g for g, _, _ in segments], device=last.device)]]
+        targets = [item.continuation[0] for _, item, _ in segments]
+        owners = list(range(len(segments)))
+        if n_query > 0:
+            past = getattr(out, "cache", None)
+            past = out.past_key_values if past is None else past
+            # Pass 2 runs only the groups that have a choice of two or more tokens (their rows of the cache).
+            active = [g for g, width in enumerate(widths) if width]
+            row = {g: r for r, g in enumerate(active)}
+            if len(active) < len(groups):
+                past.reorder_cache(torch.tensor(active, device=device))
+            inputs = [(row[g], item, column) for g, item, column in segments if g in row]
+            rows.append(_segment_pass(model, inputs, n_query, past, prefix_mask[active], [lengths[g] for g in active],
+                                      settings))  # [scored tokens, vocab], in the order of ``inputs``
+            for s, (g, item, column) in enumerate(segments):
+                targets.extend(item.continuation[1:])
+                owners.extend([s] * (len(item.continuation) - 1))
+        sums, greedy = _score_rows(model, torch.cat(rows), targets, owners, len(segments))
+    return [(item, sums[s], greedy[s]) for s, (_, item, _) in enumerate(segments)]
+
+
+def _segment_pass(model: Any, segments: list[tuple[int, Item, int]], n_query: int, past: Any, prefix_mask: Any,
+                  lengths: list[int], settings: PassSettings) -> Any:
+    """Pass 2 of :func:`forward_packed` over the rows of ``prefix_mask`` (``segments`` name their row): the logits
+    ``[scored tokens, vocab]`` of every segment's tokens, segment by segment."""
+    import torch
+
+    n_groups, n_prefix = prefix_mask.shape
+    ids = torch.full((n_groups, n_query), settings.pad_id, dtype=torch.long)
+    positions = torch.zeros((n_groups, n_query), dtype=torch.long)
+    allowed = torch.zeros((n_groups, n_query, n_prefix + n_query), dtype=torch.bool)
+    allowed[:, :, :n_prefix] = prefix_mask.bool().unsqueeze(1)  # every query sees its group's real context
+    at: tuple[list[int], list[int]] = ([], [])
+    for g, item, column in segments:
+        n = len(item.continuation) - 1
+        ids[g, column:column + n] = torch.tensor(item.continuation[:-1])
+        positions[g, column:column + n] = lengths[g] + torch.arange(n)
+        allowed[g, column:column + n, n_prefix + column:n_prefix + column + n] = torch.ones(n, n, dtype=torch.bool).tril()
+        at[0].extend([g] * n)
+        at[1].extend(range(column, column + n))
+    device = settings.device
+    with _logits_at(model, *at) as pick:
+        out = model(input_ids=ids.to(device), attention_mask=_additive(model, allowed).unsqueeze(1).to(device),
+                    position_ids=positions.to(device), use_cache=True, **{settings.cache_kw: past})
+        return pick(out.logits)
+
+
+@contextmanager
+def _logits_at(model: Any, rows: list[int], columns: list[int]) -> Iterator[Callable[[Any], Any]]:
+    """While open, the model's output layer computes logits only at the positions ``(rows[i], columns[i])``: a
+    forward pre-hook on its output embeddings keeps those rows of the last hidden states, in that order, repeating
+    the last one up to :data:`MIN_LOGIT_ROWS` rows. Yields ``pick``: the forward's logits in, ``[positions, vocab]``
+    out (taken from the full logits when the model has no such layer or its forward did not call it).
+    The hook is removed on leaving, whatever happens."""
+    import torch
+
+    from flasheval.engine.hf.in_memory import unwrap
+
+    n = len(rows)
+    spare = max(0, MIN_LOGIT_ROWS - n)
+    index = (torch.tensor(rows + rows[-1:] * spare), torch.tensor(columns + columns[-1:] * spare))
+    ran: list[bool] = []
+
+    def keep(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        ran.append(True)
+        hidden = args[0]
+        return (hidden[index[0].to(hidden.device), index[1].to(hidden.device)].unsqueeze(0), *args[1:])
+
+    def pick(logits: Any) -> Any:
+        return logits[0, :n] if ran else logits[index[0][:n].to(logits.device), index[1][:n].to(logits.device)]
+
+    head = getattr(unwrap(model)[1], "get_output_embeddings", lambda: None)()
+    handle = None if head is None else head.register_forward_pre_hook(keep)
+    try:
+        yield pick
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
+def _additive(model: Any, allowed: Any) -> Any:
+    """``allowed`` (bool) as the 4-D mask the attention takes: boolean for SDPA; for eager attention, which adds
+    the mask to the scores, 0 and the dtype's lowest value in the input embeddings' dtype."""
+    import torch
+
+    from flasheval.engine.hf.in_memory import unwrap
+
+    inner = unwrap(model)[1]
+    if inner.config._attn_implementation == "sdpa":
+        return allowed
+    dtype = inner.get_input_embeddings().weight.dtype
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
+def _score_rows(model: Any, logits: Any, targets: list[int], owners: list[int], n: int) -> tuple[list[float], list[bool]]:
+    """Sum the float32 log-probabilities of ``targets`` under the rows of ``logits`` ``[positions, vocab]``
+    into ``n`` items (``owners[i]``: the item of row ``i``) in float64; and whether every target is the argmax."""
+    import torch
+
+    picked = torch.tensor(targets, device=logits.device)
+    owner = torch.tensor(owners, device=logits.device)
+    scored = logits.float()
+    logprobs = torch.log_softmax(scored, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
+    sums = torch.zeros(n, dtype=torch.float64, device=logits.device).index_add_(0, owner, logprobs.double())
+    check_finite(model, sums)
+    misses = torch.zeros(n, dtype=torch.long, device=logits.device).index_add_(
+        0, owner, (scored.argmax(dim=-1) != picked).long())
+    return [float(x) for x in sums.cpu().tolist()], [bool(x == 0) for x in misses.cpu().tolist()]

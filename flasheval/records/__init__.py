@@ -1,0 +1,1 @@
+"""The record layer: run records (every command writes one) and their payload schemas, one per kind."""

@@ -1,0 +1,1 @@
+"""Scoring a model the way a reference's models were scored: the scorer protocol, live (task files, lm-eval) and replayed."""

@@ -1,0 +1,278 @@
+"""A training run's folder: one record per run, one place record per checkpoint, one shared results store.
+
+::
+
+    RUN/
+      run.json                          record of kind ``run``: the run's name and the settings its first
+                                        placement fixed (reference, plan and level, seed, dtype, ...)
+      checkpoints/step-<N>/place.json   each checkpoint's ``place`` record
+      store/                            one results store for every checkpoint (keyed by each one's fingerprint)
+      folder.lock                       held by the process writing a placement (as a sweep's run folder)
+
+Every placement into the folder (:func:`flasheval.place_checkpoint`, the watcher, ``flasheval place --run``)
+takes ``folder.lock`` (:func:`flasheval.engine.store.shards.lock_folder`; a second one waits for it), checks
+its settings against ``run.json`` (:func:`fix_settings`), places through ``store/`` and writes its step's
+record. A crash keeps every finished record and every finished result in the store: placing again
+computes only what is missing. :func:`read_run` reads the folder back as a :class:`RunHistory`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from flasheval.engine.store.shards import FOLDER_LOCK, lock_folder
+from flasheval.checks import check_name
+from flasheval.errors import InputError
+from flasheval.placement.tiers import Tier
+from flasheval.records.run_record import RunRecord, read_record, write_record
+
+__all__ = ["RUN_FILE", "CHECKPOINTS_DIR", "STORE_DIR", "RUN_KIND", "SETTINGS", "RunCheckpoint", "RunHistory",
+           "read_run", "is_run_folder",
+           "placed_steps", "record_path", "read_settings", "fix_settings", "check_settings", "hold_run",
+           "record_fingerprint"]
+
+RUN_FILE = "run.json"
+CHECKPOINTS_DIR = "checkpoints"
+STORE_DIR = "store"
+RUN_KIND = "run"
+logger = logging.getLogger(__name__)
+
+_STEP_DIR = re.compile(r"step-(\d+)")
+SETTINGS = ("reference", "plan", "simultaneous", "confidence_level", "seed", "dtype", "engine", "aggregate", "missing")
+"""What every checkpoint of a run shares, in the order a difference is reported (the split level follows K)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCheckpoint:
+    """One checkpoint of a run as its ``place`` record holds it."""
+
+    step: int
+    model: str
+    """The model id placed (in-memory: the identity, ``RUN/step-N``; a spec: its name)."""
+    rank: int | None
+    interval: tuple[int, int]
+    level: float
+    """Confidence level of the interval (the run's plan, split over the run when ``simultaneous``)."""
+    tier: str | None
+    status: str
+    """``resolved`` or ``unresolved at budget``."""
+    examples: int
+    full_examples: int
+    """Examples of a full run of the reference's datasets."""
+    tokens: int | None
+    full_tokens: float | None
+    seconds: float | None
+    """Wall seconds of the placement's own work (``None`` for a replayed model); the process's one-time start-up
+    is :attr:`import_seconds` (records written before it was measured apart count it here)."""
+    record_path: Path
+    fingerprint: str | None = None
+    """What keyed its results (live models; ``None`` for a replayed one)."""
+    n_models: int = 0
+    """Reference models in the pool it was placed among (ranks run from 1 to ``n_models + 1``)."""
+    import_seconds: float | None = None
+    """Seconds the placement spent importing modules for the first time in its process (torch, transformers,
+    the model's architecture: the first placement of a process pays them; ``None``: not in the record)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunHistory:
+    """A run folder read back (:func:`read_run`): its settings and every checkpoint placed, by step."""
+
+    path: Path
+    name: str
+    reference: str
+    """The reference's name."""
+    plan: str
+    """The tier plan's name."""
+    settings: Mapping[str, Any]
+    """What every checkpoint of the run shares (reference, plan, confidence_level, seed, dtype, engine,
+    aggregate, missing, simultaneous)."""
+    checkpoints: tuple[RunCheckpoint, ...]
+    """Sorted by step."""
+    level: float = 0.95
+    """Each checkpoint's confidence level."""
+    simultaneous: int | None = None
+    """The planned number of checkpoints the run's level is split over (``None``: per-checkpoint coverage)."""
+    tiers: tuple[Tier, ...] = ()
+    """The plan's tiers on the run's pool (their first ranks are the tier boundaries)."""
+
+
+def is_run_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder holding a ``run.json``."""
+    return (Path(path) / RUN_FILE).is_file()
+
+
+def placed_steps(run: Path) -> set[int]:
+    """The steps whose record is in the run folder (what a watcher started again skips)."""
+    root = run / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return set()
+    return {int(m.group(1)) for e in root.iterdir()
+            if (m := _STEP_DIR.fullmatch(e.name)) and (e / "place.json").is_file()}
+
+
+def record_path(run: Path, step: int) -> Path:
+    """Where step ``step``'s ``place`` record lives."""
+    return run / CHECKPOINTS_DIR / f"step-{step}" / "place.json"
+
+
+def _field(payload: Mapping[str, Any], dotted: str, types: tuple[type, ...], path: Path, *,
+           optional: bool = False) -> Any:
+    """``payload[a][b]...`` for ``dotted = "a.b"``, of one of ``types``; one line naming file and field otherwise."""
+    value: Any = payload
+    for key in dotted.split("."):
+        if not isinstance(value, Mapping) or key not in value:
+            raise InputError("missing", path=path, field=f"payload.{dotted}")
+        value = value[key]
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        raise InputError(f"expected {' or '.join(t.__name__ for t in types)}, got {value!r}", path=path,
+                         field=f"payload.{dotted}")
+    return value
+
+
+def _record(path: Path, kind: str) -> RunRecord:
+    """The ``kind`` record at ``path``, its payload checked against the kind's schema (:mod:`flasheval.records.schemas`)."""
+    return read_record(path, kind=kind)
+
+
+def read_settings(run: Path) -> dict[str, Any] | None:
+    """``run.json``'s payload, checked (``None`` when the folder holds no run yet)."""
+    path = run / RUN_FILE
+    if not path.exists():
+        return None
+    payload = _record(path, RUN_KIND).payload
+    try:
+        check_name(payload["name"], field="payload.name", what="run name")
+    except InputError as exc:
+        raise InputError(exc.reason, path=path, field="payload.name") from None
+    _field(payload, "reference_source", (str,), path)
+    _field(payload, "settings", (dict,), path)
+    for key, types in (("reference", (str,)), ("plan", (str,)), ("confidence_level", (float, int))):
+        _field(payload, f"settings.{key}", types, path)
+    tiers = _field(payload, "tiers", (list,), path)
+    for i, tier in enumerate(tiers):
+        if not isinstance(tier, Mapping) or not isinstance(tier.get("first"), int) \
+                or not isinstance(tier.get("resolution"), int) \
+                or not (tier.get("last") is None or isinstance(tier.get("last"), int)):
+            raise InputError(f"expected {{first, last, resolution}} integers, got {tier!r}", path=path,
+                             field=f"payload.tiers[{i}]")
+    return dict(payload)
+
+
+def fix_settings(run: Path, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's settings: written by the first placement, compared by every later one (the caller holds the lock).
+
+    Raises
+    ------
+    InputError
+        A setting differs from the run's: one line naming the field and both values.
+    """
+    saved = read_settings(run)
+    if saved is None:
+        write_record(run / RUN_FILE, kind=RUN_KIND, payload=dict(payload))
+        return dict(payload)
+    check_settings(run, saved, payload)
+    return saved
+
+
+def check_settings(run: Path, saved: Mapping[str, Any], payload: Mapping[str, Any]) -> None:
+    """Refuse, in one line naming the field and both values, a placement whose settings differ from the run's."""
+    before, now = saved["settings"], payload["settings"]
+    for key in [*SETTINGS, *sorted((set(before) | set(now)) - set(SETTINGS))]:
+        if before.get(key) != now.get(key):
+            raise InputError(f"this run's checkpoints are placed with {key} {before.get(key)!r}, this one with "
+                             f"{now.get(key)!r}; a run keeps the settings of its first placement (give the same, or "
+                             "place into a new run folder)", path=run / RUN_FILE, field=key)
+    if "plan_spec" in saved and "plan_spec" in payload and saved["plan_spec"] != payload["plan_spec"]:
+        raise InputError(f"this run's checkpoints are placed with plan {before.get('plan')!r} as its first placement "
+                         "gave it, this one with another plan of that name (other stages, tiers or options); leave the "
+                         "plan out to use the run's, or place into a new run folder", path=run / RUN_FILE, field="plan")
+
+
+def hold_run(run: Path, *, poll_seconds: float = 0.5) -> int:
+    """Take the run folder's lock (the sweep's :func:`~flasheval.engine.store.shards.lock_folder`): its descriptor.
+
+    When another process is placing into the folder, wait until it is done (a note says so once): a
+    placement inside a training job should not fail because a watcher or another rank got there first.
+    """
+    fd = lock_folder(run)
+    if fd is None:
+        logger.warning("note: another placement is writing into run folder %s (it holds %s); waiting for it", run,
+                       FOLDER_LOCK)
+    while fd is None:
+        time.sleep(poll_seconds)
+        fd = lock_folder(run)
+    return fd
+
+
+def record_fingerprint(payload: Mapping[str, Any]) -> str:
+    """What identifies the model of a ``place`` record: its live fingerprint, else ``replay:MODEL_ID``."""
+    live = payload.get("live")
+    if isinstance(live, Mapping) and isinstance(live.get("fingerprint"), str):
+        return live["fingerprint"]
+    return f"replay:{payload.get('model_id')}"
+
+
+def _checkpoint(step: int, path: Path) -> RunCheckpoint:
+    p = _record(path, "place").payload
+    interval = _field(p, "interval", (list,), path)
+    if len(interval) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in interval):
+        raise InputError(f"expected [low, high] ranks, got {interval!r}", path=path, field="payload.interval")
+    timing, live = p.get("timing"), p.get("live")
+    seconds, imports = None, None
+    if isinstance(timing, Mapping) and "import_seconds" in timing:
+        imports = _field(p, "timing.import_seconds", (float, int), path)
+    if isinstance(timing, Mapping) and "wall_seconds" in timing:
+        seconds = _field(p, "timing.wall_seconds", (float, int), path, optional=True)
+    elif isinstance(live, Mapping) and "seconds" in live:
+        seconds = _field(p, "live.seconds", (float, int), path, optional=True)
+    return RunCheckpoint(
+        step=step, model=_field(p, "model_id", (str,), path), rank=_field(p, "rank", (int,), path, optional=True),
+        interval=(interval[0], interval[1]), level=float(_field(p, "confidence_level", (float, int), path)),
+        tier=_field(p, "tier", (str,), path, optional=True), status=_field(p, "status", (str,), path),
+        examples=_field(p, "compute.n_examples", (int,), path),
+        full_examples=_field(p, "compute.full_examples", (int,), path),
+        tokens=_field(p, "compute.n_tokens", (int,), path, optional=True),
+        full_tokens=_field(p, "compute.full_tokens", (float, int), path, optional=True),
+        seconds=None if seconds is None else float(seconds), record_path=path,
+        fingerprint=live.get("fingerprint") if isinstance(live, Mapping) else None,
+        n_models=_field(p, "n_models", (int,), path), import_seconds=None if imports is None else float(imports))
+
+
+def read_run(run: str | os.PathLike[str]) -> RunHistory:
+    """Read a run folder: its settings (``run.json``) and every checkpoint's record, sorted by step.
+
+    Raises
+    ------
+    InputError
+        Not a run folder, or a malformed ``run.json`` / ``place.json``: one line naming the file and field.
+    """
+    folder = Path(run)
+    if not folder.is_dir():
+        raise InputError("no such run folder", path=folder)
+    saved = read_settings(folder)
+    if saved is None:
+        raise InputError(f"not a run folder (no {RUN_FILE}: nothing was placed into it)", path=folder)
+    checkpoints = []
+    root = folder / CHECKPOINTS_DIR
+    for entry in sorted(root.iterdir()) if root.is_dir() else ():
+        match = _STEP_DIR.fullmatch(entry.name)
+        if match and (entry / "place.json").is_file():
+            checkpoints.append(_checkpoint(int(match.group(1)), entry / "place.json"))
+    settings = saved["settings"]
+    return RunHistory(path=folder, name=saved["name"], reference=settings["reference"], plan=settings["plan"],
+                      settings=MappingProxyType(dict(settings)), checkpoints=tuple(sorted(checkpoints,
+                                                                                           key=lambda c: c.step)),
+                      level=float(settings["confidence_level"]), simultaneous=settings.get("simultaneous"),
+                      tiers=tuple(Tier(first=t["first"], last=t.get("last"), resolution=t["resolution"])
+                                  for t in saved["tiers"]))
