@@ -4,6 +4,7 @@ One job per module, in three sub-packages and a few modules of its own:
 
 * :mod:`~flasheval.engine.base`        — the batch-first backend protocol and what a backend reports (``BackendInfo``);
 * :mod:`~flasheval.engine.specs`       — ``--model`` strings (``hf:`` / ``gguf:`` / ``replay:``, ``[NAME=]SPEC``);
+* :mod:`~flasheval.engine.registry`    — the one table of spec prefixes and the loader of each (adding a backend);
 * :mod:`~flasheval.engine.loading`     — open a model (a spec's, or one held in memory), alone or behind the results store;
 * :mod:`~flasheval.engine.planning`, :mod:`~flasheval.engine.batching` — requests -> items -> context groups -> batches (no torch);
 * :mod:`~flasheval.engine.devices`, :mod:`~flasheval.engine.throughput`, :mod:`~flasheval.engine.progress_bar` —

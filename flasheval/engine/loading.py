@@ -13,6 +13,7 @@ from flasheval.engine.base import Backend
 from flasheval.engine.hf.device_map import DeviceMap, ProcessLayout
 from flasheval.engine.coordination.distributed import cached_runner, collective, is_main, layout_of, open_shared_store
 from flasheval.engine.hf.in_memory import LoadedModel, in_memory_fingerprint
+from flasheval.engine.registry import BACKENDS
 from flasheval.engine.specs import ModelSpec, NamedModel
 from flasheval.engine.store.results import CachedBackend, ResultStore
 from flasheval.engine.hf.weights_digest import digest_under, note_identity, weights_digest
@@ -23,19 +24,19 @@ __all__ = ["open_backend", "open_model", "behind_store", "open_cached_backend", 
            "compared_digests"]
 
 
-def open_backend(spec: ModelSpec, **options: Any) -> Backend:
-    """Load the model a ``hf:`` / ``gguf:`` spec names (options: see :func:`~flasheval.engine.hf.loading.load_hf_backend`).
+def open_backend(spec: ModelSpec, *, deferred: bool = False, **options: Any) -> Backend:
+    """Open the model ``spec`` names with its prefix's loader (:data:`~flasheval.engine.registry.BACKENDS`).
 
-    ``replay:`` specs serve scores, not log-likelihoods; they are opened by the placement code.
+    ``deferred``: a backend that loads its weights on the first request the results store cannot answer.
+    ``options``: ``dtype``, ``device``, ``batch_size``, ``max_length``, ``device_map``, ``layout`` (for ``hf:`` /
+    ``gguf:``, see :func:`~flasheval.engine.hf.loading.load_hf_backend`). A prefix without a loader (``replay:``
+    serves recorded scores, opened by the placement code) is refused in one line.
     """
-    if spec.kind == "replay":
-        raise InputError("replay: models serve recorded scores; use them with placement commands", field="--model")
-    from flasheval.engine.hf.loading import load_hf_backend
-
-    if spec.kind == "gguf":
-        path = Path(spec.target).expanduser()
-        return load_hf_backend(str(path.parent), gguf_file=path.name, **options)
-    return load_hf_backend(spec.target, revision=spec.revision, **options)
+    loader = BACKENDS[spec.kind].open
+    if loader is None:
+        raise InputError(f"{spec.kind}: models serve recorded scores; use them with placement commands",
+                         field="--model")
+    return loader(spec.target, revision=spec.revision, deferred=deferred, **options)
 
 
 def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "auto", batch_size: int | None = None,
@@ -57,8 +58,8 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
     in-memory model's digest is agreed on by all of them (each digests the shard it holds: see :func:`_agreed`).
     """
     if isinstance(model, NamedModel):
-        return _deferred(model.spec, dtype=dtype, device=device, batch_size=batch_size, max_length=max_length,
-                         device_map=device_map, layout=layout_of(state))
+        return open_backend(model.spec, deferred=True, dtype=dtype, device=device, batch_size=batch_size,
+                            max_length=max_length, device_map=device_map, layout=layout_of(state))
     if device_map is not None:
         raise InputError("an in-memory model runs where it is: load it with device_map= yourself",
                          field="--device-map")
@@ -83,24 +84,6 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
     # another formula) cannot say which weights computed them, so none are adopted: they are scored afresh.
     return HFBackend(model.model, model.tokenizer, batch_size=batch_size, max_length=length,
                      pad_multiple=settings.pad_multiple, previous_fingerprint=None, fingerprint=fingerprint)
-
-
-def _deferred(spec: ModelSpec, *, dtype: str, device: str, batch_size: int | None, max_length: int | None,
-              device_map: DeviceMap | None = None, layout: ProcessLayout | None = None) -> Backend:
-    """A ``hf:`` / ``gguf:`` spec opened without its weights (they load on first use)."""
-    if spec.kind == "replay":
-        raise InputError("replay: models serve recorded scores; use them with placement commands", field="--model")
-    from flasheval.engine.hf.deferred import DeferredBackend
-    from flasheval.engine.hf.loading import plan_hf_load
-
-    if spec.kind == "gguf":
-        path = Path(spec.target).expanduser()
-        plan = plan_hf_load(str(path.parent), gguf_file=path.name, dtype=dtype, device=device, max_length=max_length,
-                            device_map=device_map, layout=layout)
-    else:
-        plan = plan_hf_load(spec.target, revision=spec.revision, dtype=dtype, device=device, max_length=max_length,
-                            device_map=device_map, layout=layout)
-    return DeferredBackend(plan, batch_size=batch_size)
 
 
 def behind_store(backend: Backend, store_dir: Path, state: Any = None, *,

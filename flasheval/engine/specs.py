@@ -5,6 +5,8 @@
 * ``gguf:FILE`` — a local GGUF file, dequantized by transformers (tokenizer from the same file);
 * ``replay:REFERENCE/MODEL`` — recorded per-example scores of a reference model (placement only).
 
+What each prefix names and how its model opens is one table, :data:`~flasheval.engine.registry.BACKENDS`.
+
 Commands that score several models (``reference build``, ``sweep``) and live ``place`` take
 ``[NAME=]SPEC`` (:func:`parse_named_models`) and check every local file before loading any
 (:func:`check_model_files`).
@@ -17,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flasheval.checks import check_model_id
+from flasheval.engine.registry import BACKENDS
 from flasheval.errors import InputError, UnknownNameError
 
 __all__ = ["ModelSpec", "parse_model_spec", "SPEC_PREFIXES", "NamedModel", "parse_named_models", "check_model_files"]
 
-SPEC_PREFIXES = ("hf", "gguf", "replay")
+SPEC_PREFIXES = tuple(BACKENDS)
+"""Every prefix a spec may have: the keys of :data:`~flasheval.engine.registry.BACKENDS`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,7 +62,7 @@ def parse_model_spec(text: str) -> ModelSpec:
     if prefix not in SPEC_PREFIXES:
         raise UnknownNameError("model spec prefix", prefix, SPEC_PREFIXES, field="--model")
     revision = None
-    if prefix == "hf" and "@" in target and not Path(target).expanduser().exists():
+    if BACKENDS[prefix].revisions and "@" in target and not Path(target).expanduser().exists():
         target, _, revision = target.rpartition("@")
     return ModelSpec(kind=prefix, target=target, revision=revision)
 
@@ -93,11 +97,11 @@ def parse_named_models(texts: Sequence[str], *, field: str = "--models") -> tupl
         else:
             check_model_id(name, field=field)
         spec = parse_model_spec(rest)
-        if spec.kind == "replay":
-            raise InputError(f"{text!r}: replay models have no weights to score", field=field,
-                             allowed=["gguf:FILE", "hf:PATH_OR_ID"])
+        if BACKENDS[spec.kind].open is None:
+            raise InputError(f"{text!r}: {spec.kind} models have no weights to score", field=field,
+                             allowed=[f"{p}:..." for p, kind in BACKENDS.items() if kind.open is not None])
         target = Path(spec.target)
-        model_id = name or (target.stem if spec.kind == "gguf" else target.name or spec.target)
+        model_id = name or (target.stem if BACKENDS[spec.kind].local_file else target.name or spec.target)
         models.append(NamedModel(model_id=model_id, spec=spec, text=rest))
     names = [m.model_id for m in models]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -111,10 +115,11 @@ def check_model_files(models: Sequence[NamedModel], *, field: str = "--models") 
     missing = []
     for model in models:
         path = Path(model.spec.target).expanduser()
-        local = model.spec.kind == "gguf" or model.spec.target.startswith(("/", ".", "~"))
+        is_file = BACKENDS[model.spec.kind].local_file
+        local = is_file or model.spec.target.startswith(("/", ".", "~"))
         if local and not path.exists():
             missing.append(f"{model.model_id} ({path})")
-        elif model.spec.kind == "gguf" and not path.is_file():
+        elif is_file and not path.is_file():
             missing.append(f"{model.model_id} ({path} is not a file)")
     if missing:
         raise InputError(f"model files not found: {', '.join(missing)}", field=field)
