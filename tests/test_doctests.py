@@ -21,6 +21,7 @@ import flasheval
 
 EXAMPLES: dict[str, int] = {
     "flasheval.api.options": 2,
+    "flasheval.atomic": 4,
     "flasheval.api.rank_intervals": 3,
     "flasheval.checks": 9,
     "flasheval.data_paths": 1,
@@ -41,7 +42,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.engine.store.adoption": 7,
     "flasheval.engine.store.shards": 11,
     "flasheval.engine.store.stored_score": 1,
-    "flasheval.engine.throughput": 1,
+    "flasheval.engine.throughput": 2,
     "flasheval.engine.hf.weights_digest": 9,
     "flasheval.errors": 1,
     "flasheval.evaluation.dtype_comparison": 5,

@@ -19,7 +19,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "flasheval"
 
 # Lowest first. A module may import its own domain and the domains before it, never one after it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("foundation",),  # errors, types, hashing, version, data_paths, checks, records/ (records, schemas)
+    ("foundation",),  # errors, types, hashing, version, data_paths, checks, atomic, records/ (records, schemas)
     ("stats",),       # numpy/scipy only
     ("tasks",),       # formats, prompts, suites, scoring of an example
     ("engine",),      # backends, store, journal, data parallelism
@@ -38,7 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
     ("root",),        # the package itself: re-exports the API (lazily), imported by no module of it
 )
-FOUNDATION = ("errors", "types", "hashing", "records", "version", "data_paths", "checks")
+FOUNDATION = ("errors", "types", "hashing", "records", "version", "data_paths", "checks", "atomic")
 THIRD_PARTY_ALLOWED = {"stats": {"numpy", "scipy"}}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from flasheval.checks import check_output, name_list
 from flasheval.errors import InputError
-from flasheval.records.run_record import atomic_write_text
+from flasheval.atomic import atomic_write_text
 from flasheval.tasks import aggregate_table, load_suite, read_scores
 
 __all__ = ["AggregateRun", "aggregate"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from flasheval.api.options import EngineOptions
 from flasheval.checks import check_positive
+from flasheval.engine.throughput import forward_flops
 from flasheval.errors import InputError
 from flasheval.reference.scoring.live import LiveOptions
 from flasheval.placement.looks import first_look
@@ -124,7 +125,7 @@ def check_budget(budget: Budget, pool: ReferenceLeaderboard, plan: TierPlan, *, 
     if budget.max_tokens is not None and budget.max_tokens < first_tokens:
         raise InputError(f"{budget.max_tokens} is below {what}, {first_tokens} tokens); give at least {first_tokens}",
                          field="--max-tokens")
-    flops = None if n_parameters is None else 2.0 * float(n_parameters) * first_tokens
+    flops = forward_flops(n_parameters, first_tokens)
     if budget.max_flops is not None and flops is not None and budget.max_flops < flops:
         raise InputError(f"{budget.max_flops:.3g} is below {what}, ~{flops:.3g} FLOPs); give at least {flops:.3g}",
                          field="--max-flops")

@@ -30,7 +30,7 @@ from flasheval.errors import FlashevalError, InputError
 from flasheval.runs.checkpoint_scan import FoundCheckpoint, examine_checkpoint, find_checkpoints
 from flasheval.runs.coverage import check_n_checkpoints
 from flasheval.runs.folder import RUN_FILE, RunHistory, placed_steps, read_run
-from flasheval.records.run_record import atomic_write_text
+from flasheval.atomic import atomic_write_text
 
 __all__ = ["watch", "DEFAULT_RUN_DIR", "FAILED_FILE", "UnplacedCheckpoint", "unplaced_checkpoints"]
 

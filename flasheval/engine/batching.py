@@ -8,11 +8,14 @@ as rows x the longest unit in the batch (its padded length).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from flasheval.engine.throughput import forward_flops
 
 __all__ = ["TOKENS_PER_ROW", "CPU_ROWS", "CPU_TOKENS", "GPU_ROWS", "GPU_MEMORY_SHARE", "ModelShape", "auto_limits",
            "default_token_budget", "pack_batches", "PASS_OVERHEAD_SHARE", "PASS_OVERHEAD_FLOP",
@@ -98,7 +101,7 @@ def pass_overhead(max_tokens: int, n_parameters: int) -> int:
     >>> pass_overhead(4096, 134_515_008), pass_overhead(4096, 1_000_000), pass_overhead(41984, 8_030_261_248)
     (64, 8000, 656)
     """
-    return max(max_tokens // PASS_OVERHEAD_SHARE, -(-PASS_OVERHEAD_FLOP // max(1, 2 * n_parameters)))
+    return max(max_tokens // PASS_OVERHEAD_SHARE, math.ceil(PASS_OVERHEAD_FLOP / forward_flops(max(1, n_parameters), 1)))
 
 
 def auto_limits(device_kind: str, *, free_bytes: int | None = None, shape: ModelShape | None = None) -> tuple[int, int]:

@@ -8,7 +8,26 @@ the device's peak, it says how far a run is from the limit.
 
 from __future__ import annotations
 
-__all__ = ["throughput"]
+__all__ = ["FLOPS_PER_PARAMETER_TOKEN", "forward_flops", "throughput"]
+
+FLOPS_PER_PARAMETER_TOKEN = 2.0
+"""Floating-point operations per parameter per token of a forward pass (one multiply, one add)."""
+
+
+def forward_flops(n_parameters: float | None, n_tokens: float | None) -> float | None:
+    """Estimated FLOPs of forward passes over ``n_tokens`` tokens: ``2 x n_parameters x n_tokens``.
+
+    The one place the estimate is written: a placement's compute, its budget check, a sweep's, an
+    evaluation's summary and :func:`throughput` all call it. ``None`` when either count is unknown.
+
+    Examples
+    --------
+    >>> forward_flops(1_000_000, 5_000), forward_flops(None, 5_000), forward_flops(1_000_000, None)
+    (10000000000.0, None, None)
+    """
+    if n_parameters is None or n_tokens is None:
+        return None
+    return FLOPS_PER_PARAMETER_TOKEN * float(n_parameters) * float(n_tokens)
 
 
 def throughput(*, n_examples: int, n_tokens: int, seconds: float, n_parameters: int | None,
@@ -32,7 +51,8 @@ def throughput(*, n_examples: int, n_tokens: int, seconds: float, n_parameters: 
     {'n_tokens': 5000, 'examples_per_second': 5.0, 'tokens_per_second': 2500.0, 'flops_per_second': 5000000000.0, 'fraction_of_peak': 0.5}
     """
     timed = seconds > 0
-    flops = 2.0 * n_parameters * n_tokens / seconds if timed and n_parameters else None
+    work = forward_flops(n_parameters or None, n_tokens)
+    flops = work / seconds if timed and work is not None else None
     figures: dict[str, float | int | None] = {
         "n_tokens": n_tokens,
         "examples_per_second": n_examples / seconds if timed else None,

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from flasheval.atomic import atomic_file, atomic_write_text
 from flasheval.evaluation.selection import TaskSelection
-from flasheval.records.run_record import atomic_write_text
 from flasheval.tasks import ExampleScore, score_example
 from flasheval.types import GenerationResult, LoglikelihoodResult, Request, Result
 
@@ -97,7 +96,6 @@ def write_example_records(records: Sequence[ExampleRecord], output: Path, fmt: s
     for column in ("fewshot_ids", "choice_logprob_sum", "choice_n_tokens"):
         if column in frame:
             frame[column] = frame[column].map(list)
-    temporary = output / f".{stem}.{fmt}.tmp"
-    frame.to_parquet(temporary, index=False)
-    os.replace(temporary, target)
+    with atomic_file(target, binary=True) as fh:
+        frame.to_parquet(fh, index=False)
     return target

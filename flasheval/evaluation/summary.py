@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flasheval.engine.throughput import forward_flops
 from flasheval.evaluation.example_records import ExampleRecord
 from flasheval.evaluation.heldout import HeldoutFile
 from flasheval.evaluation.selection import TaskPlan
@@ -101,7 +102,7 @@ def evaluation_summary(evaluation: Evaluation, plan: TaskPlan, aggregates: Seque
     if len(evaluation.losses) == 1:
         metrics["loss"], metrics["bits_per_byte"] = evaluation.losses[0][1].mean_nll, evaluation.losses[0][1].bits_per_byte
     heldout_tokens = sum(loss.n_tokens for _, loss in evaluation.losses)
-    flops = None if n_parameters is None else 2.0 * n_parameters * evaluation.n_tokens
+    flops = forward_flops(n_parameters, evaluation.n_tokens)
     return {
         "tasks": {t.task_name: {"n_examples": t.n_examples, "accuracy": t.accuracy, "standard_error": t.standard_error,
                                 "n_categories": t.n_categories, "n_tokens": t.n_tokens} for t in evaluation.tasks},
@@ -110,6 +111,6 @@ def evaluation_summary(evaluation: Evaluation, plan: TaskPlan, aggregates: Seque
         "validation": validation,
         "compute": {"n_examples": evaluation.n_examples, "n_tokens": evaluation.n_tokens, "flops": flops,
                     "n_parameters": n_parameters, "heldout_n_tokens": heldout_tokens,
-                    "heldout_flops": None if n_parameters is None else 2.0 * n_parameters * heldout_tokens},
+                    "heldout_flops": forward_flops(n_parameters, heldout_tokens)},
         "metrics": metrics,
     }

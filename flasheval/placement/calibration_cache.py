@@ -25,10 +25,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import tempfile
 from pathlib import Path
 
+from flasheval.atomic import atomic_write_text
 from flasheval.data_paths import cache_root
 
 __all__ = ["CALIBRATION_VERSION", "cache_folder", "read_cached", "write_cached", "check_entry"]
@@ -110,11 +109,7 @@ def write_cached(key: str, fields: dict[str, float]) -> None:
         return
     payload = {"key": key, "version": CALIBRATION_VERSION, **{name: float(fields[name]) for name in _FIELDS}}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh)
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(payload))
     except OSError as exc:
         folder = str(path.parent.parent)
         if folder not in _warned:

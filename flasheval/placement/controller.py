@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flasheval.engine.throughput import forward_flops
 from flasheval.hashing import derive_seed
 from flasheval.placement.looks import LookPlan, for_budget, look_plan
 from flasheval.placement.results import Budget, Compute, PlacementResult, StageRecord
@@ -246,7 +247,7 @@ class Controller:
         if used == 0 or any(t is None for t in tokens):
             return examples, None, None
         projected = float(sum(tokens) / used * examples)  # type: ignore[arg-type]
-        return examples, projected, None if self.n_parameters is None else 2.0 * self.n_parameters * projected
+        return examples, projected, forward_flops(self.n_parameters, projected)
 
     def take(self, request: StageRequest, scored: Sequence[ScoredExamples | None]) -> StageRecord:
         """Add the scores of ``request`` (per dataset, as :func:`score_request` returns them), look and decide."""
@@ -307,8 +308,7 @@ class Controller:
             full_tokens = float(sum(t / n * size for t, n, size in zip(tokens, self.n, sizes)))  # type: ignore[operator]
         p = self.n_parameters
         return Compute(n_examples=used, full_examples=int(sum(sizes)), n_tokens=n_tokens, full_tokens=full_tokens,
-                       flops=None if n_tokens is None or p is None else 2.0 * p * n_tokens,
-                       full_flops=None if full_tokens is None or p is None else 2.0 * p * full_tokens)
+                       flops=forward_flops(p, n_tokens), full_flops=forward_flops(p, full_tokens))
 
     def result(self) -> PlacementResult:
         """The placement: the last look's rank, interval and tier (or none, when no stage ran)."""

@@ -3,7 +3,7 @@ dior, scaling) writes and ``flasheval report`` reads, and the names of the folde
 
 A record is ``{"schema": "flasheval.run", "schema_version": N, "kind": ..., "flasheval_version":
 ..., "created_utc": ..., "argv": [...], "payload": {...}}``. Writes are atomic (temp file +
-rename), so a crash never leaves a half-written record. Reading checks the schema and version
+rename, :mod:`flasheval.atomic`), so a crash never leaves a half-written record. Reading checks the schema and version
 and refuses, in one line, a record from an incompatible version.
 """
 
@@ -22,11 +22,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from flasheval.atomic import atomic_write_text
 from flasheval.version import __version__
 from flasheval.errors import InputError
 from flasheval.records.schemas import check_payload
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "atomic_write_text", "slug",
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "slug",
            "prepare_output", "check_replace", "default_run_folder"]
 
 logger = logging.getLogger(__name__)
@@ -63,35 +64,6 @@ def _json_safe(obj: Any) -> Any:
     if hasattr(obj, "item") and callable(obj.item):  # numpy scalar
         return _json_safe(obj.item())
     return obj
-
-
-def _umask() -> int:
-    """The process's umask (read by setting and restoring it: there is no read-only call)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename).
-
-    The file gets the mode a plain ``open(path, "w")`` would give (``0o666`` less the umask), not
-    the ``0o600`` of the temporary file it is renamed from.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
 
 
 def write_record(path: str | os.PathLike[str], *, kind: str, payload: dict[str, Any],

@@ -25,7 +25,7 @@ import pandas as pd
 
 from flasheval.errors import InputError
 from flasheval.hashing import file_sha256
-from flasheval.records.run_record import atomic_write_text
+from flasheval.atomic import atomic_write_text
 from flasheval.reference.leaderboard import SCORES_FILE, _load, pool
 from flasheval.reference.manifest import MANIFEST_FILE, ReferenceManifest
 from flasheval.reference.long_table import frame_matrices, write_long_table

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from flasheval.errors import InputError
 from flasheval.runs.folder import RUN_FILE, is_run_folder, read_run
-from flasheval.records.run_record import SCHEMA, RunRecord, atomic_write_text, read_record
+from flasheval.atomic import atomic_write_text
+from flasheval.records.run_record import SCHEMA, RunRecord, read_record
 from flasheval.report.blocks import Block, Heading, Paragraph
 from flasheval.report.html import render_html
 from flasheval.report.markdown import render_markdown, write_figures

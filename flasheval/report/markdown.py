@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from flasheval.atomic import atomic_write_bytes, atomic_write_text
 from flasheval.report.blocks import Block, Figure, Heading, Paragraph, Table, VectorFigure
 
 __all__ = ["render_markdown", "render_text"]
@@ -51,11 +52,11 @@ def write_figures(blocks: Sequence[Block], folder: Path) -> list[Path]:
     for block in blocks:
         if isinstance(block, Figure):
             path = folder / f"{block.name}.png"
-            path.write_bytes(block.png)
+            atomic_write_bytes(path, block.png)
             out.append(path)
         elif isinstance(block, VectorFigure):
             path = folder / f"{block.name}.svg"
-            path.write_text(block.svg, encoding="utf-8")
+            atomic_write_text(path, block.svg)
             out.append(path)
     return out
 

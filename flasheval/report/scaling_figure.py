@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from flasheval.atomic import atomic_file  # noqa: E402
 from flasheval.errors import InputError  # noqa: E402
 
 __all__ = ["scaling_figure", "save_scaling_figure"]
@@ -101,7 +102,8 @@ def save_scaling_figure(payload: dict, path: str | PathLike[str]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     fig = scaling_figure(payload)
     try:
-        fig.savefig(target, dpi=110)
+        with atomic_file(target, binary=True) as fh:
+            fig.savefig(fh, format="png", dpi=110)
     finally:
         plt.close(fig)
     return target

@@ -27,7 +27,7 @@ from flasheval.engine.store.shards import FOLDER_LOCK, SHARDS_DIR, fsync_dir, lo
 from flasheval.errors import InputError
 from flasheval.reference.scoring.scorers import ExampleScorer
 from flasheval.sweeps.store import StoredScorer, read_legacy_scores, score_fingerprint
-from flasheval.records.run_record import atomic_write_text
+from flasheval.atomic import atomic_write_text
 
 __all__ = ["CONFIG_FILE", "LEGACY_STORE_FILE", "STORE_FORMAT", "RECORD_FILE", "MODELS_DIR", "RunFolder",
            "check_config", "open_run_folder"]

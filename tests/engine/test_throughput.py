@@ -21,3 +21,13 @@ def test_unknown_parameters_or_no_time_give_no_rates():
     assert throughput(n_examples=3, n_tokens=10, seconds=1.0, n_parameters=None)["flops_per_second"] is None
     zero = throughput(n_examples=3, n_tokens=10, seconds=0.0, n_parameters=100, peak_flops=1e9)
     assert zero["examples_per_second"] is None and zero["flops_per_second"] is None and zero["fraction_of_peak"] is None
+
+
+def test_forward_flops_is_the_hand_formula():
+    from flasheval.engine.throughput import forward_flops
+
+    # 2 FLOPs (one multiply, one add) per parameter per token: 135M parameters x 12,000 tokens = 3.24e12.
+    assert forward_flops(135_000_000, 12_000) == 3.24e12
+    assert forward_flops(7, 3.5) == 49.0
+    assert forward_flops(None, 10) is None and forward_flops(10, None) is None
+

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from flasheval.atomic import atomic_write_text
 from flasheval.data_paths import cache_root
 
 __all__ = ["GGUF_CACHE_ENV", "gguf_cache_folder", "content_key", "converted_folder", "write_converted"]
@@ -96,8 +97,7 @@ def write_converted(digest: str, dtype_name: str, *, model: Any, config: Any, to
         save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / _COMPLETE).write_text(json.dumps({"gguf_sha256": digest, "dtype": dtype_name, "source": source}),
-                                     encoding="utf-8")
+        atomic_write_text(tmp / _COMPLETE, json.dumps({"gguf_sha256": digest, "dtype": dtype_name, "source": source}))
         try:
             os.rename(tmp, final)
         except OSError:

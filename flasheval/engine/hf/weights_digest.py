@@ -57,6 +57,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from flasheval.atomic import atomic_write_text
 from flasheval.errors import InputError
 from flasheval.hashing import stable_hash
 
@@ -384,12 +385,9 @@ def note_identity(store_dir: str | os.PathLike[str], identity: str, digest: str,
                        identity, held[-1][:12], digest[:12])
     if digest in held and (key is None or keys.get(key) == digest):
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump({"identity": identity, "version": DIGEST_VERSION, "digests": [*held, digest] if digest not in held
-                   else held, "keys": {**keys, **({} if key is None else {key: digest})}}, out)
-    os.replace(temporary, path)
+    atomic_write_text(path, json.dumps({"identity": identity, "version": DIGEST_VERSION, "digests": [*held, digest]
+                                        if digest not in held else held,
+                                        "keys": {**keys, **({} if key is None else {key: digest})}}))
     return differs
 
 

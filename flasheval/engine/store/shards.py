@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from flasheval.atomic import fsync_dir  # the one directory fsync, re-exported for the store
 from flasheval.engine.store.journal import JournalContents, append_lines, read_journal, truncate_journal
 from flasheval.engine.store.stored_score import StoredScore
 from flasheval.errors import BackendError
@@ -339,20 +340,6 @@ def _merge_into_shard(folder: Path, fingerprint: str, lines: Mapping[str, bytes]
         path = shard_path(folder, fingerprint)
         have = load_shard(path, fingerprint, writer=True) if path.exists() else {}
         append_lines(path, [line.decode("utf-8") for key, line in lines.items() if key not in have])
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make new entries of directory ``path`` durable (a no-op where directories cannot be fsync-ed)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
 
