@@ -19,13 +19,16 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from flasheval.errors import InputError
 
 __all__ = ["DTYPES", "LOAD_DTYPES", "MAX_RESAMPLES", "check_dtype", "check_count", "check_seed", "check_n_examples",
-           "check_name", "check_model_id", "check_output", "check_level", "check_positive", "check_n_resamples", "check_limit",
-           "check_counts", "name_list"]
+           "check_name", "check_model_id", "check_output", "check_confidence_level", "check_positive", "check_n_resamples",
+           "check_limit", "check_counts", "check_keywords", "name_list"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 """Concrete dtypes: what a reference can pin and what ``--compare-dtype`` accepts."""
@@ -48,10 +51,27 @@ def check_count(value: object, *, field: str = "--batch-size") -> int:
     return value
 
 
-def check_seed(value: object, *, field: str = "--seed") -> None:
-    """Refuse a seed that is not an integer >= 0 (``None`` passes)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise InputError(f"must be an integer >= 0, got {value!r}", field=field)
+def check_seed(value: object, *, field: str = "--seed", generator: bool = False) -> Any:
+    """``value`` as a seed: an integer >= 0, or ``None``; with ``generator``, also a ``numpy.random.Generator``
+    (where an entry accepts one). The one rule and the one message for every seed.
+
+    >>> check_seed(3)
+    3
+    >>> check_seed(-1)
+    Traceback (most recent call last):
+    ...
+    flasheval.errors.InputError: field '--seed': must be an integer >= 0, got -1
+    >>> check_seed(1.5, generator=True)
+    Traceback (most recent call last):
+    ...
+    flasheval.errors.InputError: field '--seed': must be an integer >= 0 or a numpy Generator, got 1.5
+    """
+    if value is None or (generator and isinstance(value, np.random.Generator)):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        what = "an integer >= 0 or a numpy Generator" if generator else "an integer >= 0"
+        raise InputError(f"must be {what}, got {value!r}", field=field)
+    return value
 
 
 def check_n_examples(value: object, *, field: str = "--n-examples") -> None:
@@ -120,26 +140,51 @@ def check_output(value: object, *, field: str = "--output") -> None:
         raise InputError("empty path; name a folder or file", field=field)
 
 
-def check_level(value: object, *, field: str = "--confidence-level") -> float:
-    """``value`` as a confidence level: a number strictly between 0 and 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise InputError(f"must be a number strictly between 0 and 1, got {value!r}", field=field)
+def check_confidence_level(value: object, *, field: str = "--confidence-level") -> float:
+    """``value`` as a confidence level: a number in [0.5, 1) (below one half an interval misses more often than
+    it covers). The one rule and the one message for every confidence level (options, tier plans, fits).
+
+    >>> check_confidence_level(0.95)
+    0.95
+    >>> check_confidence_level(1.0)
+    Traceback (most recent call last):
+    ...
+    flasheval.errors.InputError: field '--confidence-level': must be a number in [0.5, 1), got 1.0
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.5 <= value < 1:
+        raise InputError(f"must be a number in [0.5, 1), got {value!r}", field=field)
     return float(value)
 
 
 def check_positive(value: object, *, field: str) -> None:
-    """Refuse a number that is not finite and > 0 (``None`` passes): sizes, budgets, parameter counts."""
+    """Refuse a number that is not finite and > 0 (``None`` passes): sizes, parameter counts, and the one rule
+    for a budget's caps (examples, tokens, FLOPs, seconds)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                               or not (math.isfinite(value) and value > 0)):
         raise InputError(f"must be a positive number, got {value!r}", field=field)
 
 
 def check_n_resamples(value: object, *, field: str = "n_resamples", minimum: int = 100) -> int:
-    """``value`` as a bootstrap resample count: an integer in [``minimum``, :data:`MAX_RESAMPLES`]."""
+    """``value`` as a bootstrap resample count: an integer in [``minimum``, :data:`MAX_RESAMPLES`] (100 by default:
+    enough for a tail quantile). The one rule and the one message for every count of resamples or instantiations."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_RESAMPLES:
         raise InputError(f"must be an integer from {minimum} to {MAX_RESAMPLES} (the ceiling keeps the bootstrap's "
                          f"memory sane), got {value!r}", field=field)
     return value
+
+
+def check_keywords(given: Mapping[str, object], allowed: Collection[str], *, where: str) -> None:
+    """Refuse, in one line naming it, the first keyword of ``given`` not in ``allowed`` (``where``: whose keywords,
+    for the message), before anything is forwarded, opened or written.
+
+    >>> check_keywords({"seed": 1, "sede": 2}, ("seed",), where="flasheval.place")
+    Traceback (most recent call last):
+    ...
+    flasheval.errors.InputError: field 'sede': not a keyword of flasheval.place (allowed: seed)
+    """
+    for name in given:
+        if name not in allowed:
+            raise InputError(f"not a keyword of {where}", field=name, allowed=sorted(allowed))
 
 
 def check_limit(value: object, *, field: str = "--limit") -> None:

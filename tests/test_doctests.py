@@ -23,7 +23,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.api.options": 2,
     "flasheval.atomic": 4,
     "flasheval.api.rank_intervals": 3,
-    "flasheval.checks": 9,
+    "flasheval.checks": 15,
     "flasheval.data_paths": 1,
     "flasheval.engine.hf.backoff": 1,
     "flasheval.engine.base": 5,

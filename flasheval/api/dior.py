@@ -7,15 +7,14 @@ then :func:`flasheval.analysis.dior.run_dior` runs the decisions and the record 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from flasheval.api.resolve import resolve_reference
-from flasheval.checks import check_counts, check_n_resamples, check_output, check_seed, name_list
+from flasheval.api.resolve import check_pool_options, resolve_reference
+from flasheval.checks import check_confidence_level, check_counts, check_n_resamples, check_output, check_seed, name_list
 from flasheval.errors import InputError
 from flasheval.analysis.dior import DEFAULT_SIZES, DiorReport, run_dior
 from flasheval.records.run_record import prepare_output, write_record
@@ -107,15 +106,13 @@ def dior(
     if dataset_counts is not None:
         dataset_counts = check_counts(dataset_counts, field="--dataset-counts", what="dataset counts",
                                       maximum=MAX_DATASET_COUNT)
-    if isinstance(n_instantiations, bool) or not isinstance(n_instantiations, int) or n_instantiations < 20:
-        raise InputError(f"need at least 20 instantiations for a 95% bound, got {n_instantiations}",
-                         field="--n-instantiations")
-    check_n_resamples(n_instantiations, field="--n-instantiations", minimum=20)
-    if isinstance(confidence_level, bool) or not isinstance(confidence_level, (int, float)) \
-            or not (math.isfinite(confidence_level) and 0.5 <= confidence_level < 1):
-        raise InputError(f"must be in [0.5, 1), got {confidence_level}", field="--confidence-level")
+    check_n_resamples(n_instantiations, field="--n-instantiations", minimum=20)  # 20: a 95% bound needs them
+    confidence_level = check_confidence_level(confidence_level)
     check_seed(seed)
     check_output(output)
+    check_pool_options(aggregate, missing)
+    if not isinstance(force, bool):
+        raise InputError(f"must be True or False, got {force!r}", field="force")
     ref = resolve_reference(reference, missing=missing)
     sizes = _sizes(given, ref)
     settings = {"reference": ref.name, "decisions": list(chosen),  # sizes and counts where their decision runs

@@ -16,25 +16,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flasheval.api.models import ReplayModel, resolve_model
+from flasheval.api.models import ReplayModel
+from flasheval.api.resolve import check_place
 from flasheval.api.progress import ProgressCallback, Reporter, load_windows, watch_load
-from flasheval.api.options import EngineOptions, engine_options
-from flasheval.api.resolve import (
-    REPLAY,
-    check_budget,
-    check_n_parameters,
-    live_options,
-    refuse_live_options,
-    resolve_budget,
-    resolve_plan,
-    resolve_reference,
-)
-from flasheval.engine.coordination.distributed import check_distributed, is_main, processes
+from flasheval.api.options import EngineOptions
+from flasheval.api.resolve import check_budget, resolve_plan, resolve_reference
+from flasheval.engine.coordination.distributed import is_main, processes
 from flasheval.engine.hf.in_memory import LoadedModel, scoring_mode
 from flasheval.analysis.backtest import full_data_ranks
 from flasheval.placement.controller import place as run_placement
 from flasheval.placement.controller import plan_looks
-from flasheval.checks import check_output, check_seed
 from flasheval.reference.scoring.live import prepare_scoring
 from flasheval.reference.scoring.replay import ReplayScorer
 from flasheval.placement.import_clock import current_clock, timing_imports
@@ -46,7 +37,7 @@ from flasheval.stats.sampling import example_order
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.reference.intervals import interval_neighbours
 
-__all__ = ["PlaceRun", "LivePlacement", "place", "RECORD_FILE"]
+__all__ = ["PlaceRun", "LivePlacement", "place", "check_on_reference", "RECORD_FILE"]
 
 RECORD_FILE = "place.json"
 
@@ -232,32 +223,25 @@ def place(
     caller's default group makes this same call, the work is split across them and every process gets the same
     result (refused in one line when no group is initialised). Only the main process writes ``output``; every process returns the same placement. A ``replay:`` model runs nothing and no collective in either mode.
     """
-    check_distributed(distributed)
     wall_start = time.perf_counter()
+    args = check_place(model, reference=reference, tokenizer=tokenizer, identity=identity, plan=plan, budget=budget,
+                       seed=seed, aggregate=aggregate, missing=missing, n_parameters=n_parameters, task_dir=task_dir,
+                       include_path=include_path, num_fewshot=num_fewshot, engine=engine, output=output, store=store,
+                       progress=progress, force=force, distributed=distributed)  # every argument, before any I/O
     report = Reporter(progress)
-    check_n_parameters(n_parameters)
-    check_output(output)
-    budget = resolve_budget(budget)
-    engine = engine_options(engine)
-    resolved = resolve_model(model, tokenizer=tokenizer, identity=identity)
+    budget, resolved = args.budget, args.model
     if isinstance(resolved, ReplayModel):
-        refuse_live_options("models only (replay: serves recorded scores)", task_dir=task_dir,
-                            include_path=include_path, num_fewshot=num_fewshot, store=store)
-        engine.refuse(REPLAY, *engine.given())
         return _place_replay(resolved, reference, plan=plan, budget=budget, seed=seed, aggregate=aggregate,
                              missing=missing, n_parameters=n_parameters, output=output, report=report, force=force)
-    options = live_options(seed=seed, task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot,
-                           engine=engine)
-    options.check_model(resolved)
+    options = args.live
     plan_ = resolve_plan(plan)
     setup = prepare_scoring(resolve_reference(reference, missing=missing), options)
     state = processes(distributed)
     report.is_main = is_main(state)
-    pool = setup.reference
-    if resolved.model_id in pool.model_ids:
-        report("start", f"{resolved.model_id} is in reference {pool.name}: held out of the pool")
-        pool = pool.without(resolved.model_id)
-    check_budget(budget, pool, plan_, aggregate=aggregate)
+    if resolved.model_id in setup.reference.model_ids:
+        report("start", f"{resolved.model_id} is in reference {setup.reference.name}: held out of the pool")
+    pool = check_on_reference(resolved, setup.reference, plan_, budget=budget, aggregate=aggregate, seed=setup.seed,
+                              n_parameters=n_parameters)
     settings = place_settings(pool.name, plan_.name, setup.seed, aggregate, missing, budget, n_parameters,
                               dtype=setup.dtype, num_fewshot=num_fewshot)
     _prepare(output, resolved.model_id, settings, force=force, note=report.is_main)  # before the model loads
@@ -333,18 +317,33 @@ def _store_dir(stack: ExitStack, model: Any, *, output: str | Path | None, store
     return Path(output) / "store" if store is None else Path(store)
 
 
+def check_on_reference(model: Any, ref: ReferenceLeaderboard, plan: TierPlan, *, budget: Budget,
+                       aggregate: str | None, seed: int | None, n_parameters: float | None) -> ReferenceLeaderboard:
+    """What :func:`~flasheval.api.resolve.check_place` cannot check without the reference, checked once it is
+    read and before anything is written (:func:`flasheval.place_checkpoint` calls it before the run folder is
+    touched): a replayed model the reference lacks, the aggregate on this reference, the budget against the plan's
+    first look. Returns the pool the model is placed on (the model held out)."""
+    pool = ref.without(model.model_id) if model.model_id in ref.model_ids else ref
+    pool.aggregate_options(aggregate)
+    if not isinstance(model, ReplayModel):
+        check_budget(budget, pool, plan, aggregate=aggregate)
+        return pool
+    scorer = ReplayScorer(ref, model.model_id, n_parameters=n_parameters)
+    tokens = None
+    if budget.max_tokens is not None or budget.max_flops is not None:
+        tokens = _first_tokens(pool, scorer, plan, aggregate, seed or 0)
+    check_budget(budget, pool, plan, aggregate=aggregate, replay=True, n_parameters=n_parameters, first_tokens=tokens)
+    return pool
+
+
 def _place_replay(model: ReplayModel, reference: Any, *, plan: Any, budget: Budget, seed: int | None,
                   aggregate: str | None, missing: str, n_parameters: int | None, output: str | Path | None,
                   report: Reporter, force: bool = False) -> PlaceRun:
-    check_seed(seed)
     ref = resolve_reference(reference, missing=missing)
     plan_ = resolve_plan(plan)
+    pool = check_on_reference(model, ref, plan_, budget=budget, aggregate=aggregate, seed=seed,
+                              n_parameters=n_parameters)
     scorer = ReplayScorer(ref, model.model_id, n_parameters=n_parameters)
-    pool = ref.without(model.model_id)
-    tokens = None
-    if budget.max_tokens is not None or budget.max_flops is not None:
-        tokens = _first_tokens(pool, scorer, plan_, aggregate, seed or 0)
-    check_budget(budget, pool, plan_, aggregate=aggregate, replay=True, n_parameters=n_parameters, first_tokens=tokens)
     settings = place_settings(ref.name, plan_.name, seed, aggregate, missing, budget, n_parameters)
     _prepare(output, model.model_id, settings, force=force)
     report("start", f"placing {model.model_id} (replay, held out) on {ref.name} with plan {plan_.name}:")

@@ -7,14 +7,11 @@ statistics: :mod:`flasheval.stats.rank_intervals`).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from flasheval.api.resolve import resolve_reference
-from flasheval.checks import check_n_resamples
+from flasheval.api.resolve import check_pool_options, resolve_reference
+from flasheval.checks import check_confidence_level, check_n_resamples, check_seed
 from flasheval.errors import InputError
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.reference.intervals import RankIntervals, reference_rank_intervals
@@ -22,18 +19,18 @@ from flasheval.reference.intervals import RankIntervals, reference_rank_interval
 __all__ = ["rank_intervals", "RankIntervals"]
 
 
-def _check(confidence_level: Any, n_resamples: Any, rng: Any) -> None:
-    """Refuse, in one line naming the option, a level outside ``[0.5, 1)``, resamples outside [100,
-    :data:`~flasheval.checks.MAX_RESAMPLES`], a bad seed."""
-    if isinstance(confidence_level, bool) or not isinstance(confidence_level, (int, float)) \
-            or not (math.isfinite(confidence_level) and 0.5 <= confidence_level < 1):
-        raise InputError(f"must be in [0.5, 1), got {confidence_level!r}", field="--level")
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 100:
-        raise InputError(f"need at least 100 resamples for a tail quantile, got {n_resamples!r}", field="--n-resamples")
-    check_n_resamples(n_resamples, field="--n-resamples")  # and at most MAX_RESAMPLES
-    if rng is not None and not isinstance(rng, np.random.Generator) and (
-            isinstance(rng, bool) or not isinstance(rng, int) or rng < 0):
-        raise InputError(f"must be an integer >= 0 or a numpy Generator, got {rng!r}", field="--seed")
+def _check(confidence_level: Any, n_resamples: Any, rng: Any, simultaneous: Any, aggregate: Any,
+           missing: Any) -> tuple[float, int, Any]:
+    """Every argument but the reference checked (one line naming the option), before the reference is read: the
+    level, resamples (100 to :data:`~flasheval.checks.MAX_RESAMPLES`), seed or Generator, the aggregate and
+    missing-data policy. Returns the level, resamples and seed."""
+    level = check_confidence_level(confidence_level, field="--level")
+    n_resamples = check_n_resamples(n_resamples, field="--n-resamples")
+    rng = check_seed(rng, generator=True)
+    if not isinstance(simultaneous, bool):
+        raise InputError(f"must be True or False, got {simultaneous!r}", field="simultaneous")
+    check_pool_options(aggregate, missing)
+    return level, n_resamples, rng
 
 
 def rank_intervals(
@@ -84,9 +81,7 @@ def rank_intervals(
     >>> res.n_models, res.models[0].rank, res.models[0].interval[0]
     (69, 1, 1)
     """
-    _check(confidence_level, n_resamples, rng)
-    if not isinstance(simultaneous, bool):
-        raise InputError(f"must be True or False, got {simultaneous!r}", field="simultaneous")
+    level, n_resamples, rng = _check(confidence_level, n_resamples, rng, simultaneous, aggregate, missing)
     ref = resolve_reference(reference, missing=missing)
-    return reference_rank_intervals(ref, aggregate=aggregate, confidence_level=float(confidence_level),
+    return reference_rank_intervals(ref, aggregate=aggregate, confidence_level=level,
                                     simultaneous=simultaneous, n_resamples=n_resamples, rng=rng)

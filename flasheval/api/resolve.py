@@ -3,15 +3,27 @@
 Each takes either the value object or what names it (a reference name or folder, a plan name or
 file) and refuses anything else in one line naming the argument, so the API and the command line
 refuse the same values the same way.
+
+:func:`check_place` is :func:`flasheval.place`'s validator (the shape of scipy.stats.bootstrap's ``_bootstrap_iv``):
+it checks every argument and returns the checked values, and :func:`flasheval.place`, :func:`flasheval.place_checkpoint`
+and :func:`flasheval.watch` call it before they read, load or write anything, so a bad value (an unknown aggregate, a
+negative seed, a budget that is not a :class:`~flasheval.placement.results.Budget`, a keyword ``place`` does not
+take) is refused in one line with nothing written. What needs the reference (a budget below the plan's first look, a
+seed other than a DCLM reference's build seed, a replayed model the reference lacks) is checked once it is read,
+still before anything is written (:func:`flasheval.api.place.check_on_reference`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flasheval.api.options import EngineOptions
-from flasheval.checks import check_positive
+from flasheval.api.models import Model, ReplayModel, resolve_model
+from flasheval.api.options import EngineOptions, engine_options
+from flasheval.api.progress import check_progress
+from flasheval.checks import check_output, check_positive, check_seed
+from flasheval.engine.coordination.distributed import check_distributed
 from flasheval.engine.throughput import forward_flops
 from flasheval.errors import InputError
 from flasheval.reference.scoring.live import LiveOptions
@@ -19,8 +31,12 @@ from flasheval.placement.looks import first_look
 from flasheval.placement.results import Budget
 from flasheval.placement.tiers import TierPlan, load_tier_plan
 from flasheval.reference import ReferenceLeaderboard, load_reference
+from flasheval.reference.leaderboard import check_missing_policy
+from flasheval.stats.ranking import check_aggregate
 
 __all__ = ["resolve_reference", "resolve_plan", "resolve_budget", "refuse_time_budget", "check_n_parameters",
+           "check_pool_options", "check_reference_arg", "check_plan_arg", "PLACE_KEYWORDS", "PlaceArgs", "check_place",
+           "check_place_options",
            "live_options", "refuse_live_options", "check_budget", "REPLAY"]
 
 
@@ -31,19 +47,29 @@ def resolve_reference(reference: Any, *, missing: str = "complete-models") -> Re
             raise InputError(f"the reference was loaded with policy {reference.missing_policy!r}; load it again "
                              "with the policy wanted", field="--missing")
         return reference
-    if isinstance(reference, (str, Path)):
-        return load_reference(reference, missing=missing)
-    raise InputError(f"expected a reference name, folder or ReferenceLeaderboard, got {type(reference).__name__}",
-                     field="--reference")
+    check_reference_arg(reference)
+    return load_reference(reference, missing=missing)
+
+
+def check_reference_arg(reference: Any) -> None:
+    """Refuse, before anything is read, a ``reference`` that is not a name, a folder or a loaded reference."""
+    if not isinstance(reference, (ReferenceLeaderboard, str, Path)):
+        raise InputError(f"expected a reference name, folder or ReferenceLeaderboard, got {type(reference).__name__}",
+                         field="--reference")
 
 
 def resolve_plan(plan: Any) -> TierPlan:
     """A tier plan, or the one a name or file names."""
     if isinstance(plan, TierPlan):
         return plan
-    if isinstance(plan, (str, Path)):
-        return load_tier_plan(str(plan))
-    raise InputError(f"expected a tier plan name, file or TierPlan, got {type(plan).__name__}", field="--tiers")
+    check_plan_arg(plan)
+    return load_tier_plan(str(plan))
+
+
+def check_plan_arg(plan: Any) -> None:
+    """Refuse, before anything is read, a ``plan`` that is not a name, a file or a :class:`TierPlan`."""
+    if not isinstance(plan, (TierPlan, str, Path)):
+        raise InputError(f"expected a tier plan name, file or TierPlan, got {type(plan).__name__}", field="--tiers")
 
 
 def resolve_budget(budget: Any) -> Budget:
@@ -53,6 +79,14 @@ def resolve_budget(budget: Any) -> Budget:
     if not isinstance(budget, Budget):
         raise InputError(f"expected a Budget, got {type(budget).__name__}", field="budget")
     return budget
+
+
+def check_pool_options(aggregate: Any, missing: Any) -> None:
+    """The aggregate (``None``: the reference's) and the missing-data policy, checked before a reference is read,
+    with the messages the reference gives them."""
+    if aggregate is not None:
+        check_aggregate(aggregate)
+    check_missing_policy(missing)
 
 
 def check_n_parameters(value: Any) -> None:
@@ -129,3 +163,82 @@ def check_budget(budget: Budget, pool: ReferenceLeaderboard, plan: TierPlan, *, 
     if budget.max_flops is not None and flops is not None and budget.max_flops < flops:
         raise InputError(f"{budget.max_flops:.3g} is below {what}, ~{flops:.3g} FLOPs); give at least {flops:.3g}",
                          field="--max-flops")
+
+
+# place's validator (the shape of scipy.stats.bootstrap's _bootstrap_iv): every argument of flasheval.place
+# checked and the checked values returned; place, place_checkpoint and watch call it before any I/O.
+
+PLACE_KEYWORDS: tuple[str, ...] = (
+    "reference", "tokenizer", "identity", "plan", "budget", "seed", "aggregate", "missing", "n_parameters", "task_dir",
+    "include_path", "num_fewshot", "engine", "output", "store", "progress", "force", "distributed")
+"""The keywords of :func:`flasheval.place` (``tests/test_validation_first.py`` holds it to the signature)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlaceArgs:
+    """:func:`flasheval.place`'s arguments once checked (those the checks turn into other values)."""
+
+    model: Model | None
+    """The model resolved (``None``: the watcher's checkpoints, found later, all live)."""
+    budget: Budget
+    engine: EngineOptions
+    live: LiveOptions | None
+    """The live scoring options (``None`` for a replayed model)."""
+
+
+def check_place(model: Any, *, tokenizer: Any = None, identity: str | None = None, **options: Any) -> PlaceArgs:
+    """Every argument of :func:`flasheval.place` checked, in one line naming the first bad one; nothing is read.
+
+    ``options``: :func:`flasheval.place`'s other keywords (an unknown one is a ``TypeError``, as it is for
+    ``place``; :func:`flasheval.place_checkpoint` refuses it by name first).
+    """
+    resolved = resolve_model(model, tokenizer=tokenizer, identity=identity)
+    return check_place_options(resolved, **options)
+
+
+def check_place_options(
+    model: Model | None,
+    *,
+    reference: Any = "helm_lite",
+    plan: Any = "default",
+    budget: Any = None,
+    seed: Any = None,
+    aggregate: Any = None,
+    missing: Any = "complete-models",
+    n_parameters: Any = None,
+    task_dir: Any = None,
+    include_path: Any = None,
+    num_fewshot: Any = None,
+    engine: Any = None,
+    output: Any = None,
+    store: Any = None,
+    progress: Any = None,
+    force: Any = False,
+    distributed: Any = "main",
+) -> PlaceArgs:
+    """:func:`check_place` for a model already resolved (``None``: live checkpoints not found yet, the watcher's)."""
+    check_distributed(distributed)
+    check_progress(progress)
+    check_n_parameters(n_parameters)
+    check_output(output)
+    check_output(store, field="--store")
+    budget_ = resolve_budget(budget)
+    engine_ = engine_options(engine)
+    live = None
+    if isinstance(model, ReplayModel):
+        refuse_live_options("models only (replay: serves recorded scores)", task_dir=task_dir,
+                            include_path=include_path, num_fewshot=num_fewshot, store=store)
+        engine_.refuse(REPLAY, *engine_.given())
+        check_seed(seed)
+        refuse_time_budget(budget_)
+    else:
+        live = live_options(seed=seed, task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot,
+                            engine=engine_)
+        if model is not None:
+            live.check_model(model)
+    check_pool_options(aggregate, missing)
+    check_reference_arg(reference)
+    check_plan_arg(plan)
+    if not isinstance(force, bool):
+        raise InputError(f"must be True or False, got {force!r}", field="force")
+    return PlaceArgs(model=model, budget=budget_, engine=engine_, live=live)

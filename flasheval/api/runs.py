@@ -17,12 +17,14 @@ from typing import Any
 
 from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.options import engine_options
-from flasheval.api.place import PlaceRun, place
+from flasheval.api.place import PlaceRun, check_on_reference, place
+from flasheval.api.resolve import PLACE_KEYWORDS, check_place, check_place_options
 from flasheval.api.resolve import live_options, refuse_time_budget, resolve_budget, resolve_plan, resolve_reference
 from flasheval.engine.hf.in_memory import LoadedModel, is_transformers_model
 from flasheval.errors import InputError
 from flasheval.reference.scoring.live import prepare_scoring
-from flasheval.checks import check_name
+from flasheval.checks import check_keywords, check_name
+from flasheval.placement.results import Budget
 from flasheval.runs.coverage import check_n_checkpoints, simultaneous_level, split_level
 from flasheval.runs.folder import (
     RUN_FILE,
@@ -164,6 +166,37 @@ def _keep_record(run: Path, step: int, placed: PlaceRun) -> PlaceRun:
     return replace(placed, record_path=write_record(path, kind="place", payload=payload))
 
 
+def check_checkpoint_args(model: Any, *, run: Any, step: Any, reference: Any, tokenizer: Any, simultaneous: Any,
+                          max_seconds: Any, place_kwargs: dict[str, Any]) -> tuple[Path, int, Budget]:
+    """Every argument of :func:`place_checkpoint` checked, nothing read or written: the run folder's name, the step,
+    ``simultaneous``, the time budget, the keywords forwarded (an unknown one refused by name) and, through
+    :func:`~flasheval.api.resolve.check_place` (``model=None``: :func:`flasheval.watch`'s checkpoints, found
+    later), every keyword of :func:`flasheval.place`. Returns the folder, the step and the budget (with
+    ``max_seconds``)."""
+    folder = run_folder_path(run)
+    step = _check_step(step)
+    if simultaneous is not None:
+        check_n_checkpoints(simultaneous)
+    for name in _RUN_DECIDES:
+        if name in place_kwargs:
+            raise InputError("set by the run folder (its step's record and its shared store); give run= only",
+                             field=name)
+    check_keywords(place_kwargs, set(PLACE_KEYWORDS) - {"reference", "tokenizer", *_RUN_DECIDES},
+                   where="flasheval.place_checkpoint")
+    budget = resolve_budget(place_kwargs.get("budget"))
+    if max_seconds is not None:
+        if budget.max_seconds is not None:
+            raise InputError("given twice: as max_seconds and as budget.max_seconds; give it once", field="max_seconds")
+        budget = replace(budget, max_seconds=max_seconds)
+    given = {k: v for k, v in {**place_kwargs, "reference": reference, "budget": budget}.items()
+             if v is not None or k not in ("reference", "plan")}  # None: the run's (checked when read)
+    if model is None:
+        check_place_options(None, **given)
+    else:
+        check_place(model, tokenizer=tokenizer, **given)
+    return folder, step, budget
+
+
 def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any = None, tokenizer: Any = None,
                      simultaneous: int | None = None, max_seconds: float | None = None,
                      **place_kwargs: Any) -> PlaceRun:
@@ -237,19 +270,11 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
 
     ``flasheval report runs/my-run`` then draws rank against step.
     """
-    folder = run_folder_path(run)
-    step = _check_step(step)
-    if simultaneous is not None:
-        check_n_checkpoints(simultaneous)
-    budget = resolve_budget(place_kwargs.get("budget"))
+    folder, step, budget = check_checkpoint_args(model, run=run, step=step, reference=reference, tokenizer=tokenizer,
+                                                 simultaneous=simultaneous, max_seconds=max_seconds,
+                                                 place_kwargs=place_kwargs)  # every argument, before any I/O
     if max_seconds is not None:
-        if budget.max_seconds is not None:
-            raise InputError("given twice: as max_seconds and as budget.max_seconds; give it once", field="max_seconds")
-        budget = place_kwargs["budget"] = replace(budget, max_seconds=max_seconds)
-    for name in _RUN_DECIDES:
-        if name in place_kwargs:
-            raise InputError("set by the run folder (its step's record and its shared store); give run= only",
-                             field=name)
+        place_kwargs["budget"] = budget
     saved = read_settings(folder)
     name = saved["name"] if saved is not None else folder.resolve().name
     if reference is None:
@@ -265,6 +290,8 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
     plan = _run_plan(place_kwargs.pop("plan", None), saved, folder)
     split = plan if simultaneous is None else split_level(plan, simultaneous)
     payload = _run_payload(name, ref, _source(reference, ref), split, plan, resolved, simultaneous, place_kwargs)
+    check_on_reference(resolved, ref, split, budget=budget, aggregate=place_kwargs.get("aggregate"),
+                       seed=payload["settings"]["seed"], n_parameters=place_kwargs.get("n_parameters"))
     writer = _is_writer(place_kwargs.get("distributed"))
     if place_kwargs.get("distributed", "main") == "main":
         _warn_group_timeout(folder, budget.max_seconds)

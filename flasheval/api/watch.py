@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.place import PlaceRun
-from flasheval.api.progress import Progress, ProgressCallback, Reporter
+from flasheval.api.progress import Progress, ProgressCallback, Reporter, check_progress
 from flasheval.api.resolve import resolve_reference
-from flasheval.api.runs import place_checkpoint, run_folder_path
+from flasheval.api.resolve import PLACE_KEYWORDS
+from flasheval.api.runs import check_checkpoint_args, place_checkpoint, run_folder_path
+from flasheval.checks import check_keywords
 from flasheval.errors import FlashevalError, InputError
 from flasheval.runs.checkpoint_scan import FoundCheckpoint, examine_checkpoint, find_checkpoints
-from flasheval.runs.coverage import check_n_checkpoints
 from flasheval.runs.folder import RUN_FILE, RunHistory, placed_steps, read_run
 from flasheval.atomic import atomic_write_text
 
@@ -227,21 +228,31 @@ class _Watcher:
         return entries
 
 
-def _check_options(directory: Any, place_kwargs: dict[str, Any], retries: Any) -> Path:
-    """The watched folder, once the options are checked (before anything is looked at or loaded)."""
+_WATCH_KEYWORDS = (set(PLACE_KEYWORDS) - {"reference", "tokenizer", "identity", "output", "store"}) \
+    | {"simultaneous", "max_seconds"}
+"""What ``watch`` forwards to each placement: :func:`flasheval.place_checkpoint`'s keywords, less what names one
+in-memory model (its checkpoints are saved ones) and what the run folder sets."""
+
+
+def _check_options(directory: Any, place_kwargs: dict[str, Any], retries: Any, *, reference: Any, run: Any) -> Path:
+    """The watched folder, once every option is checked (before anything is looked at, loaded or written):
+    :func:`~flasheval.api.runs.check_checkpoint_args` checks the placements' options as each placement will."""
     if place_kwargs.get("distributed", "main") == "all":  # each process would see the files settle at its own time
         raise InputError("the watcher places from one process (its own device, device_map for a model larger than "
                          "one GPU); run one watcher per spare machine, not one per process of a group",
                          field="distributed", allowed=["main"])
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise InputError(f"must be an integer >= 0, got {retries!r}", field="--retries")
+    check_keywords(place_kwargs, _WATCH_KEYWORDS, where="flasheval.watch")
+    options = dict(place_kwargs)
+    check_checkpoint_args(None, run=DEFAULT_RUN_DIR if run is None else run, step=0, reference=reference,
+                          tokenizer=None, simultaneous=options.pop("simultaneous", None),
+                          max_seconds=options.pop("max_seconds", None), place_kwargs=options)
     if not isinstance(directory, (str, Path)) or not str(directory).strip():
         raise InputError(f"expected the folder the checkpoints are saved into, got {directory!r}", field="DIR")
     folder = Path(directory)
     if not folder.is_dir():
         raise InputError("no such folder of checkpoints", path=folder, field="DIR")
-    if place_kwargs.get("simultaneous") is not None:  # checked now, not at the first checkpoint found
-        check_n_checkpoints(place_kwargs["simultaneous"])
     return folder
 
 
@@ -306,9 +317,12 @@ def watch(directory: str | Path, *, reference: Any, run: str | Path | None = Non
     killed mid-placement and started again places the interrupted checkpoint again, computing only the
     results its store lacks.
     """
-    folder = _check_options(directory, place_kwargs, retries)
     poll = _seconds(poll_seconds, "--poll", positive=True)
     settle = _seconds(settle_seconds, "--settle", positive=False)
+    if not isinstance(once, bool):
+        raise InputError(f"must be True or False, got {once!r}", field="once")
+    check_progress(progress)
+    folder = _check_options(directory, place_kwargs, retries, reference=reference, run=run)
     run_dir = folder / DEFAULT_RUN_DIR if run is None else run_folder_path(run)
     report = Reporter(progress)
     ref = resolve_reference(reference, missing=place_kwargs.get("missing", "complete-models"))

@@ -72,9 +72,9 @@ from typing import Any
 
 import yaml
 
-from flasheval.checks import MAX_RESAMPLES, check_n_resamples
+from flasheval.checks import MAX_RESAMPLES, check_confidence_level, check_n_resamples
 from flasheval.data_paths import embedded_data_dir
-from flasheval.errors import ConfigError, UnknownNameError
+from flasheval.errors import ConfigError, InputError, UnknownNameError
 from flasheval.placement.allocation import ALLOCATIONS
 from flasheval.stats.bootstrap import ESTIMATORS
 from flasheval.stats.sequential import pocock_level
@@ -326,8 +326,10 @@ def load_tier_plan(name: str | os.PathLike[str]) -> TierPlan:
         if key not in raw:
             raise ConfigError("missing key", path=path, field=key)
     level = raw.get("confidence_level", 0.95)
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1:
-        raise ConfigError(f"must be in [0.5, 1), got {level!r}", path=path, field="confidence_level")
+    try:
+        check_confidence_level(level, field="confidence_level")
+    except InputError as exc:  # the one rule and message, as a fault of the plan file
+        raise ConfigError(exc.reason, path=path, field="confidence_level") from None
     pool_scale = raw.get("pool_scale")
     if pool_scale is not None and (isinstance(pool_scale, bool) or not isinstance(pool_scale, int) or pool_scale < 2):
         raise ConfigError(f"must be an integer >= 2 (the pool size the tiers are written for), got {pool_scale!r}",

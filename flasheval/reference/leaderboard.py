@@ -47,6 +47,7 @@ from flasheval.stats.ranking import check_random_baselines, competition_ranks
 
 __all__ = [
     "MISSING_POLICIES",
+    "check_missing_policy",
     "ReferenceLeaderboard",
     "RankedModel",
     "reference_folder",
@@ -236,10 +237,16 @@ def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-mod
     return _load(name, missing=missing, dtype=np.float64)
 
 
+def check_missing_policy(missing: object) -> str:
+    """``missing`` if it names a missing-data policy (:data:`MISSING_POLICIES`); refused in one line otherwise."""
+    if not isinstance(missing, str) or missing not in MISSING_POLICIES:
+        raise UnknownNameError("missing-data policy", missing, MISSING_POLICIES, field="--missing")  # type: ignore[arg-type]
+    return missing
+
+
 def _load(name: str | os.PathLike[str], *, missing: str, dtype: type) -> ReferenceLeaderboard:
     """:func:`load_reference` with scores of ``dtype`` (float32: the writer's read-back check, half the memory)."""
-    if missing not in MISSING_POLICIES:
-        raise UnknownNameError("missing-data policy", missing, MISSING_POLICIES, field="--missing")
+    check_missing_policy(missing)
     folder = reference_folder(name)
     manifest = read_manifest(folder / MANIFEST_FILE)
     scores_path = folder / SCORES_FILE

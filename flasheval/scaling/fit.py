@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from flasheval.checks import check_level, check_n_resamples
+from flasheval.checks import check_confidence_level, check_n_resamples, check_seed
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.hashing import derive_seed
 from flasheval.scaling.runs import RunsTable
@@ -78,7 +78,8 @@ class ScalingFitOptions:
                 raise InputError(f"must be a positive number of FLOPs, got {value!r}",
                                  field="--" + name.replace("_", "-"))
         check_n_resamples(self.n_resamples, field="--n-resamples", minimum=1)
-        check_level(self.confidence_level)
+        check_confidence_level(self.confidence_level)
+        check_seed(self.seed)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

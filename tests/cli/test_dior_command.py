@@ -57,7 +57,7 @@ def test_dior_is_deterministic_given_the_seed(helm_lite):
 
 @pytest.mark.parametrize("argv, message", [
     (["--sizes", "0"], "field '--sizes'"),
-    (["--n-instantiations", "5"], "at least 20 instantiations"),
+    (["--n-instantiations", "5"], "field '--n-instantiations': must be an integer from 20 to 100000"),
     (["--reference", "no_such_reference"], "unknown reference 'no_such_reference'"),
 ])
 def test_bad_input_is_one_line(argv, message, capsys, tmp_path):

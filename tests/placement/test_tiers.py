@@ -91,7 +91,7 @@ def test_look_levels_spend_alpha_across_looks(tmp_path):
     (("resolution: 2", "resolution: 0"), "resolution must be 'maximal' or an integer >= 1"),
     (("name: t", "name: t\ncolour: red"), "field 'colour': unknown key 'colour'"),
     (("stop_rule: interval", "stop_rule: flash_helm"), "needs stop_stage on every tier"),
-    (("confidence_level: 0.9", "confidence_level: 95"), "field 'confidence_level': must be in [0.5, 1)"),
+    (("confidence_level: 0.9", "confidence_level: 95"), "field 'confidence_level': must be a number in [0.5, 1)"),
     (("resolution: maximal}", "resolution: maximal, min_stage: 20}"), "field 'tiers[0].min_stage': min_stage 20 is not a stage"),
     (("name: t", "name: t\npool_scale: 1"), "field 'pool_scale': must be an integer >= 2"),
     (("stop_rule: interval", "stop_rule: vibes"), "allowed: window, interval, flash_helm"),

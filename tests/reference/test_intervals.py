@@ -56,8 +56,8 @@ def test_the_centered_aggregate_with_equal_baselines_gives_the_mean_aggregates_i
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"aggregate": "win_rate"}, "win_rate depends on the whole pool"),
-    ({"confidence_level": 1.0}, "field '--level': must be in [0.5, 1), got 1.0"),
-    ({"n_resamples": 50}, "field '--n-resamples': need at least 100 resamples"),
+    ({"confidence_level": 1.0}, "field '--level': must be a number in [0.5, 1), got 1.0"),
+    ({"n_resamples": 50}, "field '--n-resamples': must be an integer from 100 to 100000"),
     ({"rng": -1}, "field '--seed': must be an integer >= 0"),
 ])
 def test_bad_values_are_refused_in_one_line_by_the_api_and_the_command(helm, capsys, kwargs, message):
