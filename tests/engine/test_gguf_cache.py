@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from flasheval.engine.hf.backend import gguf_cache
+from flasheval.engine.hf import gguf_cache
 from flasheval.engine.hf.loading import load_planned, plan_hf_load
 
 pytestmark = pytest.mark.slow  # two real SmolLM2 loads (one from the GGUF file)
