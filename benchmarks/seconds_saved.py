@@ -197,7 +197,7 @@ def build(args: argparse.Namespace, work: Path) -> Any:
     built = flasheval.build_reference(specs, name="seconds", suite="dclm-core", tasks=args.tasks,
                                       task_dir=args.task_dir, n_examples=args.examples_per_task, seed=SEED,
                                       engine=flasheval.EngineOptions(dtype=args.dtype, device=args.device),
-                                      output_root=work / "refs", work_dir=work / "build", force=True)
+                                      output=work / "refs", work_dir=work / "build", force=True)
     ref = built.reference
     print(f"reference built in {time.perf_counter() - started:.0f} s ({_load()}); per model s: "
           + ", ".join(f"{m} {s:.0f}" for m, s in built.seconds.items()))
@@ -212,7 +212,7 @@ def _evaluate(args: argparse.Namespace, spec: str, out: Path, n_examples: int | 
     started, cpu = time.perf_counter(), time.process_time()
     run = flasheval.evaluate(spec, tasks=args.tasks, task_dir=args.task_dir,
                              n_examples=n_examples or args.examples_per_task,
-                             seed=SEED, output=out, progress_bar=False,
+                             seed=SEED, output=out, progress=False,
                              engine=flasheval.EngineOptions(dtype=args.dtype, device=args.device))
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     compute = run.summary.record["compute"]

@@ -79,6 +79,21 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to
     from flasheval.placement.tiers import TierPlan
     from flasheval.placement.tiers import load_tier_plan as load_plan
     from flasheval.reference import ReferenceLeaderboard, load_reference
+    from flasheval.reference.importing import ImportedReference
+    from flasheval.reference.writing import WrittenReference
+    from flasheval.reference.matrices import DroppedModel
+    from flasheval.reference.manifest import ReferenceManifest
+    from flasheval.reference.intervals import ModelInterval
+    from flasheval.lmeval.settings import LmEvalSettings, TaskSettings
+    from flasheval.report import ReportFiles
+    from flasheval.evaluation.example_records import ExampleRecord
+    from flasheval.placement.results import StageRecord, Compute, Timing
+    from flasheval.placement.tiers import Tier
+    from flasheval.sweeps.schedule import CheckpointResult, SweepStage, OrderEntry
+    from flasheval.analysis.backtest import BacktestResult, BacktestRow, MethodSummary, SeedSummary
+    from flasheval.analysis.dior import DiorReport
+    from flasheval.stats.dior import DiorSummary
+    from flasheval.stats.dior_pool import LeaderChange
 
 _LAZY: dict[str, tuple[str, str]] = {
     "place": ("flasheval.api", "place"),
@@ -123,6 +138,30 @@ _LAZY: dict[str, tuple[str, str]] = {
     "PlacementResult": ("flasheval.placement.results", "PlacementResult"),
     "SweepResult": ("flasheval.sweeps.schedule", "SweepResult"),
     "LoadedModel": ("flasheval.engine.hf.in_memory", "LoadedModel"),
+    # the values inside what the API returns (tests/test_api_exports.py finds them from the annotations)
+    "ImportedReference": ("flasheval.reference.importing", "ImportedReference"),
+    "WrittenReference": ("flasheval.reference.writing", "WrittenReference"),
+    "DroppedModel": ("flasheval.reference.matrices", "DroppedModel"),
+    "ReferenceManifest": ("flasheval.reference.manifest", "ReferenceManifest"),
+    "ModelInterval": ("flasheval.reference.intervals", "ModelInterval"),
+    "LmEvalSettings": ("flasheval.lmeval.settings", "LmEvalSettings"),
+    "TaskSettings": ("flasheval.lmeval.settings", "TaskSettings"),
+    "ReportFiles": ("flasheval.report", "ReportFiles"),
+    "ExampleRecord": ("flasheval.evaluation.example_records", "ExampleRecord"),
+    "StageRecord": ("flasheval.placement.results", "StageRecord"),
+    "Compute": ("flasheval.placement.results", "Compute"),
+    "Timing": ("flasheval.placement.results", "Timing"),
+    "Tier": ("flasheval.placement.tiers", "Tier"),
+    "CheckpointResult": ("flasheval.sweeps.schedule", "CheckpointResult"),
+    "SweepStage": ("flasheval.sweeps.schedule", "SweepStage"),
+    "OrderEntry": ("flasheval.sweeps.schedule", "OrderEntry"),
+    "BacktestResult": ("flasheval.analysis.backtest", "BacktestResult"),
+    "BacktestRow": ("flasheval.analysis.backtest", "BacktestRow"),
+    "MethodSummary": ("flasheval.analysis.backtest", "MethodSummary"),
+    "SeedSummary": ("flasheval.analysis.backtest", "SeedSummary"),
+    "DiorReport": ("flasheval.analysis.dior", "DiorReport"),
+    "DiorSummary": ("flasheval.stats.dior", "DiorSummary"),
+    "LeaderChange": ("flasheval.stats.dior_pool", "LeaderChange"),
 }
 
 __all__ = [*_LAZY, "FlashevalError", "InputError", "__version__"]

@@ -197,7 +197,7 @@ def test_import_dior_report_and_check_tasks_from_python(tmp_path, task_dir):
                           for d in ("a", "b") for m in range(5) for e in range(40)])
     frame.to_parquet(tmp_path / "long.parquet")
     imported = flasheval.import_reference(tmp_path / "long.parquet", format="long-parquet", name="mine",
-                                          output_dir=tmp_path / "refs", metric_description="per-example 0/1")
+                                          output=tmp_path / "refs", metric_description="per-example 0/1")
     assert imported.written.n_models == 5
     reference = flasheval.load_reference(tmp_path / "refs" / "mine")
     with pytest.raises(flasheval.InputError, match=r"field '--decision': unknown decision 'exmaples'"):

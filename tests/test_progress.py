@@ -4,7 +4,7 @@
   scored (in process, and through a pipe from the command); a build reports each model before the
   next one opens; a backtest each held-out model before the next one is placed;
 * the engine's bar advances per forward batch (a held-out text's windows, a generation unit's
-  batches: before, one jump per unit of 32 requests), and the API's ``progress_bar=False`` turns it off;
+  batches: before, one jump per unit of 32 requests), and the API's ``progress=False`` turns it off;
 * a rerun the results store answers entirely loads no weights (the loader is made to fail) and
   says so, with no rates; ``--quiet`` leaves the summary only.
 
@@ -87,7 +87,7 @@ def world(tmp_path_factory, task_dir):
         mp.setattr(build, "open_cached_backend", lambda *a, **k: opens.append(1) or real_open(*a, **k))
         built = flasheval.build_reference(
             [f"m0=hf:{models['m0']}", f"m1=hf:{models['m1']}"], name="tiny", suite="dclm-core", tasks=TASKS,
-            task_dir=task_dir, n_examples=N_EXAMPLES, seed=7, engine=flasheval.EngineOptions(device="cpu"), output_root=root / "refs",
+            task_dir=task_dir, n_examples=N_EXAMPLES, seed=7, engine=flasheval.EngineOptions(device="cpu"), output=root / "refs",
             work_dir=root / "work", progress=lambda p: events.append((p, len(opens))))
     assert built.reference is not None
     return {"root": root, "models": models, "ref": root / "refs" / "tiny", "plan": root / "plan.yaml",
@@ -155,17 +155,22 @@ def test_the_place_command_prints_each_stage_while_it_runs(world, tmp_path):
 def test_the_evaluate_bar_advances_per_forward_batch_and_can_be_switched_off(world, bars):
     model, batch_size = f"hf:{world['models']['m0']}", 4
     flasheval.evaluate(model, tasks="copa", task_dir=world["task_dir"], n_examples=10,
-                       engine=flasheval.EngineOptions(batch_size=batch_size, device="cpu"), progress_bar=True)
+                       engine=flasheval.EngineOptions(batch_size=batch_size, device="cpu"), progress=True)
     (bar,) = bars
     n_continuations = 2 * 10  # copa: two choices per example
     assert bar.total == n_continuations and bar.disable is False
     assert len(bar.updates) >= math.ceil(n_continuations / batch_size) and sum(bar.updates) == n_continuations
     bars.clear()
     flasheval.evaluate(model, tasks="copa", task_dir=world["task_dir"], n_examples=10, engine=flasheval.EngineOptions(device="cpu"),
-                       progress_bar=False)
+                       progress=False)
     assert bars == []  # the API's off switch: no bar made at all
-    flasheval.evaluate(model, tasks="winograd", task_dir=world["task_dir"], n_examples=2, engine=flasheval.EngineOptions(device="cpu"))
-    assert [b.disable for b in bars] == [None]  # default: tqdm's rule, shown only when stderr is a terminal
+    events = []
+    flasheval.evaluate(model, tasks="winograd", task_dir=world["task_dir"], n_examples=2,
+                       engine=flasheval.EngineOptions(device="cpu"), progress=events.append)
+    assert [b.disable for b in bars] == [None]  # a callback keeps the default bar: tqdm's rule (stderr a terminal)
+    assert [e.step for e in events] == ["start", "load"]  # ... and gets the events (the weights loaded once)
+    with pytest.raises(flasheval.InputError, match="progress"):
+        flasheval.evaluate(model, tasks="copa", task_dir=world["task_dir"], progress="yes")
 
 
 def test_held_out_text_advances_the_bar_within_one_unit_of_requests(world, bars, tmp_path):
@@ -176,7 +181,7 @@ def test_held_out_text_advances_the_bar_within_one_unit_of_requests(world, bars,
                             for i in range(6)), encoding="utf-8")
     flasheval.evaluate(f"hf:{world['models']['m0']}", heldout=[text],
                        engine=flasheval.EngineOptions(device="cpu", batch_size=8, max_length=32),
-                       progress_bar=True)
+                       progress=True)
     (bar,) = bars
     assert bar.total == 6 and sum(bar.updates) == 6
     assert len(bar.updates) >= 2  # documents reported as their last window's batch finishes, not all at the end

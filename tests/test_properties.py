@@ -90,7 +90,7 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def in_tmp(tiny, monkeypatch) -> Path:
-    """The working folder and the default references folder (``output_dir=None``) both in the temporary one."""
+    """The working folder and the default references folder (``output=None``) both in the temporary one."""
     monkeypatch.chdir(tiny)
     monkeypatch.setenv("FLASHEVAL_REFERENCES", str(tiny / "default-references"))
     return tiny
@@ -112,20 +112,20 @@ ENTRIES = {
     "build_reference": (lambda r, kw: flasheval.build_reference(**{"models": [f"hf:{r}/no-model", f"hf:{r}/none"],
                                                                    "name": "built", "suite": "core",
                                                                    "task_dir": str(r), **kw}),
-                        ("models", "name", "n_examples", "seed", "task_engine", "output_root", "work_dir",
+                        ("models", "name", "n_examples", "seed", "harness", "output", "work_dir",
                          "num_fewshot")),
     "import_reference": (lambda r, kw: flasheval.import_reference(**{
         "source_path": r / "long.parquet", "format": "long-parquet", "name": "imported",
-        "output_dir": r / "imports", "force": True, **kw}),
+        "output": r / "imports", "force": True, **kw}),
                          ("name", "format", "suite", "aggregate", "random_baselines", "higher_is_better",
-                          "output_dir", "source_path")),
+                          "output", "source_path")),
     "dior": (lambda r, kw: flasheval.dior(r / "refs" / "tiny", **{"sizes": (10, 20), "n_instantiations": 20,
                                                                    "decisions": "examples", **kw}),
              ("sizes", "n_instantiations", "confidence_level", "seed", "decisions", "dataset_counts", "aggregate")),
     "aggregate": (lambda r, kw: flasheval.aggregate(**{"scores": r / "long.parquet", "suites": "core", **kw}),
                   ("scores", "suites", "baselines", "output")),
     "lm_eval": (lambda r, kw: flasheval.lm_eval(**{"model": f"hf:{r}/no-model", "tasks": "piqa", **kw}),
-                ("model", "tasks", "limit", "num_fewshot", "fewshot_seed", "output_path", "store")),
+                ("model", "tasks", "limit", "num_fewshot", "fewshot_seed", "output", "store")),
     "render_report": (lambda r, kw: flasheval.render_report(**{"path": r / "nothing-here", **kw}), ("path",)),
     "fit_scaling": (lambda r, kw: flasheval.fit_scaling(r / "runs.csv", **{
         "predict": "r7", "fit_max_compute": 1e20, "n_resamples": 20, "error": False, **kw}),

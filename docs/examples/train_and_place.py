@@ -74,7 +74,7 @@ def build_small_reference(task_dir: Path, root: Path):
         specs.append(f"m{seed}=hf:{folder}")
     built = flasheval.build_reference(specs, name="tiny", suite="dclm-core", tasks=list(TASKS), task_dir=task_dir,
                                       n_examples=12, seed=7, engine=flasheval.EngineOptions(device="cpu"),
-                                      output_root=root / "refs",
+                                      output=root / "refs",
                                       work_dir=root / "build", force=True)
     return built.path
 

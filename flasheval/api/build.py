@@ -94,7 +94,7 @@ def build_reference(
     models: Sequence[str | NamedModel],
     *,
     name: str,
-    task_engine: str = "flasheval",
+    harness: str = "flasheval",
     suite: str | None = None,
     tasks: str | Sequence[str] | None = None,
     task_dir: str | Path | None = None,
@@ -106,7 +106,7 @@ def build_reference(
     seed: int = 1234,
     engine: EngineOptions | None = None,
     prefix_space: bool = True,
-    output_root: str | Path | None = None,
+    output: str | Path | None = None,
     work_dir: str | Path | None = None,
     force: bool = False,
     argv: Sequence[str] | None = None,
@@ -120,10 +120,11 @@ def build_reference(
     models
         ``[NAME=]hf:PATH_OR_ID`` / ``[NAME=]gguf:FILE`` specs (or :class:`~flasheval.engine.specs.NamedModel`).
     name
-        The reference's name (its folder under ``output_root``).
-    task_engine
-        ``flasheval``: a DCLM-format ``suite`` (``tasks`` a subset) from ``task_dir``. ``lm-eval``: lm-eval
-        task names in ``tasks``, with ``include_path``, ``num_fewshot``, ``fewshot_seed`` and ``metric``.
+        The reference's name (its folder under ``output``).
+    harness
+        Which harness scores the tasks (``engine`` is how the models run): ``flasheval``: a DCLM-format
+        ``suite`` (``tasks`` a subset) from ``task_dir``. ``lm-eval``: lm-eval task names
+        in ``tasks``, with ``include_path``, ``num_fewshot``, ``fewshot_seed`` and ``metric``.
     n_examples, seed
         Examples per task: the first N of the order seeded by ``seed`` (default: all).
     engine
@@ -133,7 +134,7 @@ def build_reference(
         (not recorded in the reference: they do not change the scores).
     prefix_space
         ``flasheval`` engine: prepend a space to continuations (``False`` for SentencePiece-only pools).
-    output_root, work_dir, force
+    output, work_dir, force
         Where ``name/`` is written (default ``$FLASHEVAL_REFERENCES`` or ``reference_rankings/``); the results
         store and build log ``build.json``, from either engine (default ``runs/reference-build-NAME``); overwrite
         an existing reference.
@@ -154,8 +155,8 @@ def build_reference(
     result (refused in one line when no group is initialised). Only the main process writes the reference and the build log; the others return ``reference=None`` once it is written.
     """
     check_distributed(distributed)
-    if task_engine not in ENGINES:
-        raise InputError(f"unknown engine {task_engine!r}", field="--engine", allowed=ENGINES)
+    if harness not in ENGINES:
+        raise InputError(f"unknown harness {harness!r}", field="--harness", allowed=ENGINES)
     check_n_examples(n_examples)
     engine = engine_options(engine)
     dtype = check_dtype(engine.dtype or "float32", why=" (a reference pins its dtype)")
@@ -163,17 +164,17 @@ def build_reference(
     device, batch_size, placement = engine.device, engine.batch_size, engine.placement
     check_seed(seed)
     check_name(name, what="reference name")
-    check_output(output_root, field="--output-root")
+    check_output(output, field="--output")
     check_output(work_dir, field="--work-dir")
     named = _models(models)
-    out = references_root(None if output_root is None else str(output_root)) / name
+    out = references_root(None if output is None else str(output)) / name
     if (out / MANIFEST_FILE).exists() and not force:
         raise InputError("reference already exists (use --force to overwrite)", path=out)
     work = Path(work_dir or Path("runs") / f"reference-build-{name}")
     report = Reporter(progress)
     recorded = ("flasheval " + " ".join(shlex.quote(a) for a in argv)) if argv is not None \
         else f"flasheval.build_reference(name={name!r})"
-    if task_engine == "lm-eval":
+    if harness == "lm-eval":
         setup: BuildSetup = _lmeval_setup(named, tasks, include_path=include_path, num_fewshot=num_fewshot,
                                           fewshot_seed=fewshot_seed, metric=metric, n_examples=n_examples, seed=seed,
                                           dtype=dtype, suite=suite, task_dir=task_dir, prefix_space=prefix_space)

@@ -15,7 +15,7 @@ from typing import Any
 
 from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.options import EngineOptions, engine_options
-from flasheval.api.progress import ProgressCallback, Reporter, watch_load
+from flasheval.api.progress import ProgressCallback, Reporter, split_progress, watch_load
 from flasheval.api.resolve import REPLAY, refuse_live_options
 from flasheval.checks import check_model_id, check_n_examples, check_output, check_seed, name_list
 from flasheval.engine.coordination.distributed import check_distributed
@@ -55,8 +55,7 @@ def evaluate(
     format: str = "parquet",
     store: str | Path | None = None,
     engine: EngineOptions | None = None,
-    progress: ProgressCallback | None = None,
-    progress_bar: bool | None = None,
+    progress: ProgressCallback | bool | None = None,
     compare_dtype: str | None = None,
     force: bool = False,
     distributed: str = "main",
@@ -97,11 +96,11 @@ def evaluate(
         (:mod:`flasheval.engine.hf.device_map`). Not for in-memory models (``batch_size`` aside), which run as they
         are, nor (with ``task_dir`` and ``store``) for ``replay:`` models, which run nothing: given there, refused.
     progress
-        Called with a :class:`~flasheval.api.progress.Progress` when the requests are planned (how many the
-        store already answers), when the weights load (only when a request is not in the store) and when done.
-    progress_bar
-        A bar on stderr that advances per forward batch, on the main process only: ``None`` (default) shows
-        it when stderr is a terminal or in a notebook, ``True`` always, ``False`` never.
+        A callable, called with a :class:`~flasheval.api.progress.Progress` when the requests are planned (how many
+        the store already answers), when the weights load (only when a request is not in the store) and when done;
+        or ``True`` / ``False``. The bar on stderr that advances per forward batch (main process only) shows when
+        stderr is a terminal or in a notebook (``None``, the default, and a callable), always (``True``) or never
+        (``False``, which sends no events either; :func:`~flasheval.api.progress.split_progress`).
     compare_dtype
         After scoring, score the task examples again with the weights in this dtype (``float32``, ``bfloat16``,
         ``float16``; under its own fingerprint in the same store, so a rerun is cached) and add a
@@ -126,7 +125,8 @@ def evaluate(
     result (refused in one line when no group is initialised). Only the main process writes ``output``; the others return the same records with ``is_main_process`` false. A ``replay:`` model runs nothing and no collective in either mode.
     """
     check_distributed(distributed)
-    report = Reporter(progress)
+    callback, progress_bar = split_progress(progress)
+    report = Reporter(callback)
     engine = engine_options(engine)
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity, check_files=False)
     check_n_examples(n_examples)

@@ -22,7 +22,7 @@ def import_reference(
     *,
     format: str,
     name: str,
-    output_dir: str | Path | None = None,
+    output: str | Path | None = None,
     suite: str | None = None,
     metric: str | None = None,
     source: str = "",
@@ -55,7 +55,7 @@ def import_reference(
         except (OSError, ValueError) as exc:  # unreadable, not JSON, not UTF-8 text
             raise InputError(f"cannot read random baselines ({exc})", path=random_baselines,
                              field="--random-baselines") from None
-    return import_into_folder(source_path, source_format=format, name=name, output_dir=output_dir, suite=suite,
+    return import_into_folder(source_path, source_format=format, name=name, output=output, suite=suite,
                               metric=metric, source=source, licence=licence, metric_description=metric_description,
                               higher_is_better=higher_is_better, aggregate=aggregate,
                               random_baselines=random_baselines,

@@ -47,10 +47,10 @@ def lm_eval(
     fewshot_seed: int = 1234,
     limit: float | None = None,
     log_samples: bool = False,
-    output_path: str | Path | None = None,
+    output: str | Path | None = None,
     store: str | Path | None = None,
     engine: EngineOptions | None = None,
-    progress_bar: bool | None = None,
+    progress: bool | None = None,
     distributed: str = "main",
 ) -> LmEvalRun:
     """Run the lm-eval ``tasks`` with ``model`` (``[NAME=]hf:PATH_OR_ID`` / ``[NAME=]gguf:FILE``).
@@ -59,18 +59,19 @@ def lm_eval(
     ----------
     tasks
         lm-eval task names, a list or ``"t1,t2"``.
-    include_path, num_fewshot, fewshot_seed, limit, log_samples, output_path
+    include_path, num_fewshot, fewshot_seed, limit, log_samples, output
         lm-eval's options: custom task YAMLs, few-shot count (default: each task's), the few-shot sampler's
-        seed, the first N docs (or a fraction) per task, per-sample logs (needs ``output_path``), and the
-        folder of lm-eval's output files (``None``: none written).
+        seed, the first N docs (or a fraction) per task, per-sample logs (needs ``output``), and the
+        folder of lm-eval's output files (``None``: none written; lm-eval's own ``--output_path``).
     store
-        The results store (default ``OUTPUT_PATH/store``, else ``runs/lm-eval-MODEL/store``).
+        The results store (default ``OUTPUT/store``, else ``runs/lm-eval-MODEL/store``).
     engine
         How the model runs (:class:`~flasheval.api.options.EngineOptions`; dtype default ``float32``,
         device ``auto``, batches sized for the device (``engine.batching.auto_limits``), ``max_length`` default
         the model config's).
-    progress_bar
-        A bar on stderr per forward batch: ``None`` shows it when stderr is a terminal, ``True``/``False``.
+    progress
+        A bar on stderr per forward batch: ``None`` shows it when stderr is a terminal, ``True``/``False``
+        (:func:`~flasheval.api.progress.split_progress`; lm-eval's runs send no events, so no callable).
     distributed
         ``"main"`` (default) or ``"all"``: who scores (section "Distributed" below; docs/engine.md, "Several processes").
 
@@ -79,7 +80,7 @@ def lm_eval(
     ``distributed="main"``: only the calling process scores, with no collective and ``torch.distributed`` untouched
     (rank 0 of a training job may call alone while the others carry on). ``"all"``: collective; every process of the
     caller's default group makes this same call, the work is split across them and every process gets the same
-    result (refused in one line when no group is initialised). Only the main process writes ``output_path`` and gets ``results``; the others get ``results=None``.
+    result (refused in one line when no group is initialised). Only the main process writes ``output`` and gets ``results``; the others get ``results=None``.
     """
     check_distributed(distributed)
     from flasheval.lmeval import require_lm_eval
@@ -87,11 +88,14 @@ def lm_eval(
     check_limit(limit)
     check_seed(fewshot_seed, field="--fewshot-seed")  # flasheval's spellings; the CLI names an option as typed
     check_seed(num_fewshot, field="--num-fewshot")  # a count >= 0, as a seed is
-    check_output(output_path, field="--output-path")
+    check_output(output, field="--output-path")
+    if progress is not None and not isinstance(progress, bool):
+        raise InputError(f"must be True, False or None (a bar per forward batch), got {type(progress).__name__}",
+                         field="progress")
     check_output(store, field="--store")
     require_lm_eval()
     engine = engine_options(engine)
-    if log_samples and not output_path:
+    if log_samples and not output:
         raise InputError("--log-samples needs --output-path (where lm-eval writes the samples)", field="--log-samples")
     names = name_list(tasks, field="--tasks", what="task", unique=False)
     dtype = check_dtype(engine.dtype or "float32", allowed=LOAD_DTYPES)
@@ -105,17 +109,17 @@ def lm_eval(
     from flasheval.lmeval.tasks import make_task_manager, run_tasks
 
     manager = make_task_manager(None if include_path is None else str(include_path), names)
-    folder = Path(store or (Path(output_path) / "store" if output_path else
+    folder = Path(store or (Path(output) / "store" if output else
                             default_run_folder("lm-eval", named.model_id) / "store"))
     start = time.perf_counter()
     opened = open_lmeval_model(named, folder, dtype=dtype, device=engine.device or "auto",
                                batch_size=engine.batch_size, max_length=engine.max_length,
-                               progress_bar=progress_bar, device_map=placement, state=processes(distributed))
+                               progress_bar=progress, device_map=placement, state=processes(distributed))
     tracker = None
-    if output_path and opened.is_main_process:
+    if output and opened.is_main_process:
         from lm_eval.loggers import EvaluationTracker
 
-        tracker = EvaluationTracker(output_path=str(output_path))
+        tracker = EvaluationTracker(output_path=str(output))
     try:
         results = run_tasks(opened.lm, list(names), task_manager=manager, num_fewshot=num_fewshot, limit=limit,
                             fewshot_seed=fewshot_seed, log_samples=log_samples, evaluation_tracker=tracker,

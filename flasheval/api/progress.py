@@ -7,8 +7,9 @@ command line prints their messages (one line per step, flushed); a notebook or a
 log them, draw a bar, or stop.
 
 Steps are the events; the per-batch bar inside one scoring call is the engine's
-(:func:`flasheval.engine.progress_bar.progress_bar`), switched by ``progress_bar=`` where a call
-has one (``None``: shown when stderr is a terminal or in a notebook; ``False``: never).
+(:func:`flasheval.engine.progress_bar.progress_bar`). A call that has one takes the same one ``progress=``
+(:func:`split_progress`): ``None`` shows it when stderr is a terminal or in a notebook, ``True`` always,
+``False`` never (and no events), a callable gets the events and the bar shows as for ``None``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from flasheval.errors import InputError
 
-__all__ = ["Progress", "ProgressCallback", "check_progress", "Reporter", "watch_load", "load_windows"]
+__all__ = ["Progress", "ProgressCallback", "check_progress", "split_progress", "Reporter", "watch_load", "load_windows"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +58,17 @@ def check_progress(progress: object) -> ProgressCallback | None:
     if progress is not None and not callable(progress):
         raise InputError(f"must be a callable taking a Progress, got {type(progress).__name__}", field="progress")
     return progress  # type: ignore[return-value]
+
+
+def split_progress(progress: object) -> tuple[ProgressCallback | None, bool | None]:
+    """The one ``progress=`` of a call that has both events and a per-batch bar: ``(callback, bar)``.
+
+    ``None``: no events, the bar when stderr is a terminal (``bar=None``); ``True`` / ``False``: the bar always /
+    never, no events; a callable: the events, the bar as for ``None``. Anything else is refused in one line.
+    """
+    if progress is None or isinstance(progress, bool):
+        return None, progress
+    return check_progress(progress), None
 
 
 class Reporter:

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
                        n_examples=args.n_examples, seed=args.seed, baselines=args.baselines, model_id=args.model_id,
                        output=args.output, format=args.format, store=args.store, engine=engine_from(args),
                        compare_dtype=args.compare_dtype, force=args.force,
-                       progress=step_printer(args, steps=("start", "load")), progress_bar=progress_bar_from(args),
+                       progress=step_printer(args, steps=("start", "load")) or progress_bar_from(args),
                        distributed=args.distributed)
     if outcome.record_path is None:  # the other processes of a launch
         return 0

@@ -52,8 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     outcome = lm_eval(args.model, tasks=args.tasks, include_path=args.include_path, num_fewshot=args.num_fewshot,
                       fewshot_seed=args.fewshot_seed, limit=args.limit, log_samples=args.log_samples,
-                      output_path=args.output_path, store=args.store, engine=engine_from(args),
-                      progress_bar=progress_bar_from(args), distributed=args.distributed)
+                      output=args.output_path, store=args.store, engine=engine_from(args),
+                      progress=progress_bar_from(args), distributed=args.distributed)
     if outcome.results is None:
         return 0
     from lm_eval.utils import make_table

@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--name", required=True, help="reference name (folder name)")
     imp.add_argument("--suite", help="long-parquet: keep only rows with this 'suite' value")
     imp.add_argument("--metric", help="lm-eval-samples: per-sample metric key (default: acc, exact_match, acc_norm)")
-    imp.add_argument("--output-dir", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES, else reference_rankings/ of the checkout, or of the working folder for an installed package)")
+    imp.add_argument("--output", "--output-dir", dest="output", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES, else reference_rankings/ of the checkout, or of the working folder for an installed package)")
     imp.add_argument("--source", default="", help="where the numbers come from (stored in the manifest)")
     imp.add_argument("--licence", default="unknown")
     imp.add_argument("--metric-description", default="",
@@ -76,15 +76,16 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p = sub.add_parser("build", help="score real models on a task suite and write a reference from them")
     p.add_argument("--models", nargs="+", required=True, metavar="[NAME=]SPEC",
                    help="gguf:FILE or hf:PATH_OR_ID, optionally named NAME=SPEC")
-    p.add_argument("--engine", choices=("flasheval", "lm-eval"), default="flasheval",
-                   help="flasheval: DCLM-format task suites; lm-eval: lm-evaluation-harness tasks (--tasks, "
-                   "--include_path, --num_fewshot) scored through flasheval's engine (default: %(default)s)")
-    p.add_argument("--suite", help="task suite (flasheval tasks list), e.g. dclm-core (engine flasheval)")
-    p.add_argument("--task-dir", help="folder holding the task files (llm-foundry local_data layout; engine flasheval)")
+    p.add_argument("--harness", "--engine", dest="harness", choices=("flasheval", "lm-eval"), default="flasheval",
+                   help="which harness scores the tasks (--engine: its older name): flasheval: DCLM-format task "
+                   "suites; lm-eval: lm-evaluation-harness tasks (--tasks, --include_path, --num_fewshot) scored "
+                   "through flasheval's engine (default: %(default)s)")
+    p.add_argument("--suite", help="task suite (flasheval tasks list), e.g. dclm-core (harness flasheval)")
+    p.add_argument("--task-dir", help="folder holding the task files (llm-foundry local_data layout; harness flasheval)")
     p.add_argument("--tasks", help="comma-separated subset of the suite's tasks (default: all of them); "
-                   "engine lm-eval: the lm-eval task names")
+                   "harness lm-eval: the lm-eval task names")
     add_lm_eval_task_options(p)
-    p.add_argument("--metric", help="engine lm-eval: per-sample metric (default: acc, exact_match, acc_norm)")
+    p.add_argument("--metric", help="harness lm-eval: per-sample metric (default: acc, exact_match, acc_norm)")
     p.add_argument("--n-examples", type=int, help="examples per task: the first N of the seeded order (default: all)")
     p.add_argument("--seed", type=int, default=1234, help="fixes example order and few-shot sets (default: %(default)s)")
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="pinned in the reference (default: %(default)s)")
@@ -94,7 +95,7 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--no-prefix-space", action="store_true",
                    help="do not prepend a space to continuations (SentencePiece-only pools; default: prefix space)")
     p.add_argument("--name", required=True, help="reference name (folder name)")
-    p.add_argument("--output-root", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES, else reference_rankings/ of the checkout, or of the working folder for an installed package)")
+    p.add_argument("--output", "--output-root", dest="output", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES, else reference_rankings/ of the checkout, or of the working folder for an installed package)")
     p.add_argument("--work-dir", help="results store and build log (default: runs/reference-build-NAME)")
     p.add_argument("--force", action="store_true", help="overwrite an existing reference folder")
     add_progress_options(p)
@@ -104,16 +105,16 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
 def _build(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     built = build_reference(
-        args.models, name=args.name, task_engine=args.engine, suite=args.suite, tasks=args.tasks, task_dir=args.task_dir,
+        args.models, name=args.name, harness=args.harness, suite=args.suite, tasks=args.tasks, task_dir=args.task_dir,
         include_path=args.include_path, num_fewshot=args.num_fewshot, fewshot_seed=args.fewshot_seed,
         metric=args.metric, n_examples=args.n_examples, seed=args.seed, engine=engine_from(args),
         prefix_space=not args.no_prefix_space,
-        output_root=args.output_root,
+        output=args.output,
         work_dir=args.work_dir, force=args.force, argv=sys.argv[1:], progress=step_printer(args),
         distributed=args.distributed)
     if built.reference is None:  # the other processes of a launch: the main process wrote and prints
         return 0
-    lm_eval = args.engine == "lm-eval"
+    lm_eval = args.harness == "lm-eval"
     print_built(built.path, built.reference, start=start, seconds=built.seconds, computed=built.computed,
                 datasets="lm-eval tasks" if lm_eval else "tasks", value_label="mean" if lm_eval else None,
                 footer=f"build log: {built.log_path}; results store: {built.store_dir}")  # both engines write the log
@@ -122,7 +123,7 @@ def _build(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     imported = import_reference(
-        args.source_path, format=args.format, name=args.name, output_dir=args.output_dir, suite=args.suite,
+        args.source_path, format=args.format, name=args.name, output=args.output, suite=args.suite,
         metric=args.metric, source=args.source, licence=args.licence, metric_description=args.metric_description,
         higher_is_better=not args.lower_is_better, aggregate=args.aggregate, random_baselines=args.random_baselines,
         include_path=args.include_path, notes=args.notes, force=args.force)

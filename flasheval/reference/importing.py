@@ -132,7 +132,7 @@ def _check_options(source_format: str, suite: str | None, include_path: str | No
 
 
 def import_reference(source_path: str | os.PathLike[str], *, source_format: str, name: str,
-                     output_dir: str | os.PathLike[str] | None = None, suite: str | None = None,
+                     output: str | os.PathLike[str] | None = None, suite: str | None = None,
                      metric: str | None = None, source: str = "", licence: str = "unknown",
                      metric_description: str = "", higher_is_better: bool = True, aggregate: str = "mean",
                      random_baselines: Mapping[str, float] | None = None, include_path: str | None = None,
@@ -146,7 +146,7 @@ def import_reference(source_path: str | os.PathLike[str], *, source_format: str,
     source_format
         One of :data:`IMPORT_FORMATS`.
     name
-        The reference's name: the folder ``NAME/`` written under ``output_dir`` (default
+        The reference's name: the folder ``NAME/`` written under ``output`` (default
         :func:`~flasheval.reference.references_root`).
     suite
         long-parquet: keep only the rows with this ``suite`` value.
@@ -165,11 +165,11 @@ def import_reference(source_path: str | os.PathLike[str], *, source_format: str,
     """
     _check_options(source_format, suite, include_path)
     check_name(name, what="reference name")
-    check_output(output_dir, field="--output-dir")
+    check_output(output, field="--output")
     if not isinstance(source_path, (str, os.PathLike)) or not str(source_path).strip():
         raise InputError(f"expected the path of a parquet file or lm-eval output folder, got {source_path!r}",
                          field="SOURCE")
-    out = references_root(output_dir) / name
+    out = references_root(output) / name
     if (out / MANIFEST_FILE).exists() and not force:
         raise InputError("reference already exists (use --force to overwrite)", path=out)
     build, settings, why = None, None, ""

@@ -138,7 +138,7 @@ def main(launcher: str, root: Path, task_dir: Path) -> int:
     pool = [f"m{seed}=hf:{root / 'pool' / f'm{seed}'}" for seed in (10, 11, 12)]
     got["build_all"] = build_json(flasheval.build_reference(
         pool, name="tiny", suite="dclm-core", tasks=list(TASKS), task_dir=task_dir, n_examples=N_EXAMPLES, seed=7,
-        engine=flasheval.EngineOptions(device="cpu"), output_root=root / f"{launcher}-refs",
+        engine=flasheval.EngineOptions(device="cpu"), output=root / f"{launcher}-refs",
         work_dir=root / f"{launcher}-build", distributed="all"))
     check_group(world)
     train(2)

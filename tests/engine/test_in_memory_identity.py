@@ -24,7 +24,7 @@ def _loss(model, tokenizer, identity, tmp_path, *, output="out"):
 
     (tmp_path / "held.txt").write_text(TEXT)
     run = flasheval.evaluate(model, tokenizer=tokenizer, identity=identity, heldout=[tmp_path / "held.txt"],
-                             output=tmp_path / output, progress_bar=False)
+                             output=tmp_path / output, progress=False)
     summary = run.summary.to_json()
     return summary["metrics"]["loss"], summary["n_requests_computed"], summary["fingerprint"]
 

@@ -23,7 +23,7 @@ def _evaluate(model, tokenizer, tmp_path, identity="run/step-1"):
 
     (tmp_path / "held.txt").write_text(TEXT)
     summary = flasheval.evaluate(model, tokenizer=tokenizer, identity=identity, heldout=[tmp_path / "held.txt"],
-                                 output=tmp_path / "out", progress_bar=False, force=True).summary.to_json()
+                                 output=tmp_path / "out", progress=False, force=True).summary.to_json()
     return summary["metrics"]["loss"], summary["n_requests_computed"]
 
 

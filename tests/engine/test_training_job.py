@@ -55,7 +55,7 @@ def job_root(tmp_path_factory, task_dir) -> Path:
     one_thread(lambda: flasheval.build_reference(
         pool, name="tiny", suite="dclm-core", tasks=list(worker.TASKS), task_dir=task_dir,
         n_examples=worker.N_EXAMPLES, seed=7, engine=flasheval.EngineOptions(device="cpu"),
-        output_root=root / "refs", work_dir=root / "build"))
+        output=root / "refs", work_dir=root / "build"))
     (root / "plan.yaml").write_text(ex.PLAN, encoding="utf-8")
     return root
 

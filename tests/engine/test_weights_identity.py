@@ -115,7 +115,7 @@ def test_cpu_offload_is_read_from_its_hooks_and_an_unreadable_weight_is_refused_
     (tmp_path / "held.txt").write_text("Some text.\n")
     with pytest.raises(flasheval.InputError) as caught:
         flasheval.evaluate(lost, tokenizer=tokenizer, identity="run/step-2", heldout=[tmp_path / "held.txt"],
-                           output=tmp_path / "out", progress_bar=False)
+                           output=tmp_path / "out", progress=False)
     message = str(caught.value)
     assert "'lm_head.weight' is on the meta device" in message and "hf:PATH" in message and "\n" not in message
 

@@ -40,7 +40,7 @@ def world(tmp_path_factory, task_dir):
     (root / "plan.yaml").write_text(PLAN, encoding="utf-8")
     flasheval.build_reference([f"m0=hf:{models['m0']}", f"m1=hf:{models['m1']}"], name="tiny", suite="dclm-core",
                               tasks=",".join(SIZES), task_dir=task_dir, n_examples=10, seed=7, engine=flasheval.EngineOptions(device="cpu"),
-                              output_root=root / "refs", work_dir=root / "work")
+                              output=root / "refs", work_dir=root / "work")
     return {"root": root, "models": models, "ref": root / "refs" / "tiny", "plan": root / "plan.yaml"}
 
 

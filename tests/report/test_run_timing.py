@@ -43,7 +43,7 @@ def placed(tmp_path_factory, task_dir):
     (root / "plan.yaml").write_text(PLAN, encoding="utf-8")
     flasheval.build_reference([f"m0=hf:{models['m0']}", f"m1=hf:{models['m1']}"], name="tiny", suite="dclm-core",
                               tasks="copa,winograd", task_dir=task_dir, n_examples=10, seed=7,
-                              engine=flasheval.EngineOptions(device="cpu"), output_root=root / "refs",
+                              engine=flasheval.EngineOptions(device="cpu"), output=root / "refs",
                               work_dir=root / "work")
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(root), str(task_dir)], capture_output=True, text=True,
                           timeout=600)
