@@ -2,11 +2,11 @@
 
 A real ``transformers.Trainer`` trains the tiny Llama of ``train_and_place.py`` (same model, byte tokenizer, small
 live reference and tier plan, imported from it) on byte text for ``STEPS`` steps.
-``flasheval.integrations.transformers.PlacementCallback`` places the model it holds every ``PLACE_EVERY`` steps,
-as one checkpoint of the run folder ``WORK_DIR/runs/MODE``, and logs rank, interval, tier, examples, tokens and
-seconds through the Trainer's ``log`` (``state.log_history``, and every ``report_to`` integration; here
-``LoggedMetrics`` stands in for them, first in the list as they are). The Trainer saves the same weights as
-``checkpoint-N`` folders (what ``flasheval place --model hf:...`` or ``flasheval watch`` places from disk).
+``flasheval.integrations.transformers.attach`` adds a ``PlacementCallback`` that places the model it holds every
+``PLACE_EVERY`` steps, as one checkpoint of the run folder ``WORK_DIR/runs/MODE``, and logs rank, interval, tier,
+examples, tokens and seconds through the Trainer's ``log`` (``state.log_history``, and every ``report_to``
+integration; here ``LoggedMetrics`` stands in for them, first in the list as they are). The Trainer saves the same
+weights as ``checkpoint-N`` folders (what ``flasheval place --model hf:...`` or ``flasheval watch`` places from disk).
 Training goes on after each placement; every placement falls on a logging step (``logging_steps=5``), and the
 loss logs are those of the same training without the callback (mode ``none``). The main process then renders
 the run's report: rank against step.
@@ -68,20 +68,18 @@ def train(mode: str, root: Path, reference, plan, tokenizer, data) -> None:
     no placement callback)."""
     from transformers import Trainer, TrainingArguments, default_data_collator
 
-    from flasheval.integrations.transformers import PlacementCallback
+    from flasheval.integrations.transformers import attach
 
     args = TrainingArguments(output_dir=str(root / mode), max_steps=STEPS, per_device_train_batch_size=2,
                              learning_rate=3e-3, lr_scheduler_type="constant", logging_steps=LOGGING_STEPS,
                              save_strategy="steps", save_steps=PLACE_EVERY, save_only_model=True, use_cpu=True,
                              report_to="none", disable_tqdm=True, seed=0, dataloader_num_workers=0,
                              ddp_find_unused_parameters=False)
-    placement = None if mode == "none" else PlacementCallback(reference, run=root / "runs" / mode, every=PLACE_EVERY,
-                                                              distributed=mode, plan=plan)
     seen = logged_metrics_callback()
     trainer = Trainer(model=tiny_llama(0), args=args, train_dataset=data, processing_class=tokenizer,
-                      data_collator=default_data_collator, callbacks=[seen] + ([placement] if placement else []))
-    if placement is not None:
-        placement.set_trainer(trainer)
+                      data_collator=default_data_collator, callbacks=[seen])
+    placement = None if mode == "none" else attach(trainer, reference, run=root / "runs" / mode, every=PLACE_EVERY,
+                                                   distributed=mode, plan=plan)
     trainer.train()
     state = trainer.state
     logged = [entry for entry in state.log_history if any(key.startswith("flasheval/") for key in entry)]

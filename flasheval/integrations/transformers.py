@@ -1,26 +1,28 @@
 """``PlacementCallback``: place the model a Hugging Face ``Trainer`` trains, every N steps or when it saves.
 
 A ``transformers.TrainerCallback`` over :func:`flasheval.place_checkpoint`, the generic hook a hand-written
-loop calls itself: at step ``N`` it places the model the Trainer holds (unwrapped from DDP), as checkpoint
-``N`` of the run folder ``run``, and logs the result through the Trainer's own ``log``, so the placement
-lands in ``state.log_history`` and reaches every callback the Trainer reports to (``report_to``: W&B,
-TensorBoard, ...) as the Trainer is configured::
+loop calls itself: at step ``N`` it places the model the Trainer holds (unwrapped as the engine unwraps it:
+:func:`flasheval.engine.hf.in_memory.unwrap`), as checkpoint ``N`` of the run folder ``run``, and logs the
+result through the Trainer's own ``log``, so the placement lands in ``state.log_history`` and reaches every
+callback the Trainer reports to (``report_to``: W&B, TensorBoard, ...) as the Trainer is configured::
 
-    placement = PlacementCallback(reference, run="runs/demo", every=50, plan="default")
-    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                      callbacks=[placement])
-    placement.set_trainer(trainer)  # its metrics go through trainer.log
+    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    placement = attach(trainer, reference, run="runs/demo", every=50, plan="default")
     trainer.train()
 
-A callback sees neither its Trainer nor the others (the ``report_to`` integrations come first in the
-Trainer's list, so no ``on_log`` of a later callback can add to what they receive): ``set_trainer`` hands
-it the Trainer, as transformers' own checkpointing callback is handed its Trainer.
+The callback is made for its Trainer, as TRL's callbacks are (``PlacementCallback(reference, trainer=trainer,
+...)`` then ``trainer.add_callback``; :func:`attach` does both): a callback is handed neither its Trainer nor
+the others (the ``report_to`` integrations come first in the Trainer's list, so no ``on_log`` of a later
+callback can add to what they receive), and the placement's metrics go through ``trainer.log``. A callback
+without its Trainer is refused when it is made; one run by another Trainer than its own, when training begins.
 
 Under the Trainer's data parallelism, ``distributed="main"`` (the default) places on the world's process
 zero only, with no collective (the other processes carry on training and wait at the next all-reduce);
 ``"all"`` places on every process together, the examples split among them (a collective: each process's
-callback calls it at the same step). Importing this module does not import transformers: the class is made
-on first use.
+callback calls it at the same step). A sharded model (FSDP, DeepSpeed ZeRO-3) computes every forward pass on
+all processes together: with ``"main"`` it is refused in one line naming ``distributed="all"`` (when the
+callback is made, and again as training begins, once the Trainer has wrapped the model). Importing this
+module does not import transformers: the class is made on first use.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from flasheval.checks import check_count
 from flasheval.engine.coordination.distributed import DISTRIBUTED, check_distributed
 from flasheval.errors import InputError
 
-__all__ = ["PlacementCallback", "placement_metrics", "METRIC_PREFIX"]
+__all__ = ["PlacementCallback", "attach", "placement_metrics", "METRIC_PREFIX"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +93,7 @@ def _check_place_kwargs(place_kwargs: Mapping[str, Any]) -> None:
     from flasheval.api import place, place_checkpoint
 
     known = {*inspect.signature(place_checkpoint).parameters, *inspect.signature(place).parameters}
-    allowed = sorted(known - {*_DECIDED, "reference", "tokenizer", "distributed", "place_kwargs"})
+    allowed = sorted(known - {*_DECIDED, "reference", "tokenizer", "distributed", "place_kwargs", "trainer"})
     for name in place_kwargs:
         if name in _DECIDED:
             raise InputError("set by the callback for each placement (the Trainer's model, its global_step, the "
@@ -107,6 +109,9 @@ class _PlacementHooks:
     ----------
     reference
         The reference to place on (a name, a folder or a loaded reference), as :func:`flasheval.place` takes.
+    trainer
+        The ``transformers.Trainer`` (or a subclass: TRL's) that runs the callback: its model is placed and its
+        ``log`` carries the metrics. Required (:func:`attach` makes the callback and adds it to the Trainer).
     run
         The run folder: every placement is one checkpoint of it, at the Trainer's ``global_step``
         (:func:`flasheval.read_run` reads it back, ``flasheval report RUN`` draws rank against step).
@@ -125,13 +130,16 @@ class _PlacementHooks:
 
     Notes
     -----
-    Call :meth:`set_trainer` with the Trainer before ``trainer.train()``: the metrics go through
-    ``trainer.log`` (``state.log_history`` and the ``report_to`` integrations); training refuses to start
-    without it. :attr:`placements` holds what this process placed, by step.
+    Add it to its Trainer (``trainer.add_callback``, or :func:`attach`); training refuses to start when another
+    Trainer runs it. The model placed is the Trainer's ``model_wrapped`` (what the Trainer trains: DDP, FSDP,
+    DeepSpeed's engine) unwrapped as the engine unwraps it, so an FSDP1 wrapper stays the runner (it gathers the
+    parameters) and a sharded model is placed in lockstep under ``distributed="all"``; under ``"main"`` it is
+    refused. :attr:`placements` holds what this process placed, by step.
     """
 
-    def __init__(self, reference: Any, *, run: str | Path, every: int | None = None, on_save: bool = False,
-                 distributed: str = "main", tokenizer: Any = None, **place_kwargs: Any) -> None:
+    def __init__(self, reference: Any, *, trainer: Any = None, run: str | Path, every: int | None = None,
+                 on_save: bool = False, distributed: str = "main", tokenizer: Any = None,
+                 **place_kwargs: Any) -> None:
         if every is not None:
             check_count(every, field="every")
         if not isinstance(on_save, bool):
@@ -151,14 +159,18 @@ class _PlacementHooks:
             if getattr(place_kwargs.get("budget"), "max_seconds", None) is not None:
                 raise InputError("given twice: as max_seconds and as budget.max_seconds; give it once",
                                  field="max_seconds")
+        _check_trainer(trainer)
+        if distributed == "main":
+            _refuse_sharded(trainer)
         self.reference, self.run, self.every, self.on_save_checkpoint = reference, Path(run), every, on_save
         self.distributed, self.tokenizer, self.place_kwargs = distributed, tokenizer, dict(place_kwargs)
-        self._trainer: Any = None
+        self._trainer = trainer
         self._placements: dict[int, Any] = {}
 
-    def set_trainer(self, trainer: Any) -> None:
-        """Log through ``trainer`` (its ``log``: ``state.log_history`` and the ``report_to`` integrations)."""
-        self._trainer = trainer
+    @property
+    def trainer(self) -> Any:
+        """The Trainer the callback was made for."""
+        return self._trainer
 
     @property
     def placements(self) -> Mapping[int, Any]:
@@ -167,14 +179,17 @@ class _PlacementHooks:
         return dict(self._placements)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Refuse to train unbound (the placements would reach neither the log history nor the trackers), or with
-        ``distributed="all"`` and no process group: before the first step, not at the first placement."""
-        trainer = self._trainer
-        if trainer is None or not any(c is self for c in trainer.callback_handler.callbacks):
-            raise InputError("the callback is not bound to the Trainer that runs it: call "
-                             "placement.set_trainer(trainer) with the Trainer it was given to, before train()",
-                             field="PlacementCallback")
+        """Refuse, before the first step rather than at the first placement, to train under another Trainer than
+        the callback's own (the placements would reach neither that Trainer's log history nor its trackers),
+        with ``distributed="all"`` and no process group, or with ``"main"`` and a model the Trainer has sharded
+        (on every process alike: the Trainer has wrapped the model by now)."""
+        if not any(c is self for c in self._trainer.callback_handler.callbacks):
+            raise InputError("the callback was made for another Trainer than the one that runs it: "
+                             "attach(trainer, reference, run=...) makes it for a Trainer and adds it there",
+                             field="trainer")
         check_distributed(self.distributed)
+        if self.distributed == "main":
+            _refuse_sharded(self._trainer)
         if self.distributed == "main" and state.is_world_process_zero and "max_seconds" not in self.place_kwargs:
             _note_waiting()
 
@@ -202,20 +217,65 @@ class _PlacementHooks:
         step = state.global_step
         if step in self._placements or (self.distributed == "main" and not state.is_world_process_zero):
             return False
-        from transformers.modeling_utils import unwrap_model
-
         from flasheval.api import place_checkpoint
+        from flasheval.engine.hf.in_memory import unwrap
 
+        if self.distributed == "main":
+            _refuse_sharded(self._trainer)
+        runner, _ = unwrap(self._trainer.model_wrapped)  # an FSDP1 wrapper stays: it gathers the parameters
         tokenizer = next((t for t in (self.tokenizer, kwargs.get("processing_class"), kwargs.get("tokenizer"))
                           if t is not None), None)
         if tokenizer is None:
             raise InputError("the Trainer has no processing_class: give the callback tokenizer=", field="tokenizer")
         start = time.perf_counter()
-        result = place_checkpoint(unwrap_model(kwargs["model"]), run=self.run, step=step, reference=self.reference,
+        result = place_checkpoint(runner, run=self.run, step=step, reference=self.reference,
                                   tokenizer=tokenizer, distributed=self.distributed, **self.place_kwargs)
         self._placements[step] = result
         _log_unsteered(self._trainer, control, placement_metrics(result, seconds=time.perf_counter() - start))
         return True
+
+
+def attach(trainer: Any, reference: Any, *, run: str | Path, **options: Any) -> Any:
+    """Make a :class:`PlacementCallback` for ``trainer``, add it to the Trainer's callbacks and return it.
+
+    ``attach(trainer, reference, run=..., **options)`` is ``trainer.add_callback(PlacementCallback(reference,
+    trainer=trainer, run=..., **options))``: ``options`` are the callback's (``every``, ``on_save``,
+    ``distributed``, ``tokenizer``) and every other keyword of :func:`flasheval.place_checkpoint`, each refused in
+    one line here, before training starts.
+
+    Returns
+    -------
+    PlacementCallback
+        The callback added: its :attr:`~PlacementCallback.placements` are what this process placed.
+    """
+    callback = _callback_class()(reference, trainer=trainer, run=run, **options)
+    trainer.add_callback(callback)
+    return callback
+
+
+def _check_trainer(trainer: Any) -> None:
+    """Refuse, in one line naming :func:`attach`, a callback made without the Trainer that runs it."""
+    from transformers import Trainer
+
+    if not isinstance(trainer, Trainer):
+        got = "none" if trainer is None else type(trainer).__name__
+        raise InputError(f"the callback needs the transformers.Trainer that runs it, got {got}: "
+                         "attach(trainer, reference, run=...) makes it for the Trainer and adds it", field="trainer")
+
+
+def _refuse_sharded(trainer: Any) -> None:
+    """Refuse ``distributed="main"`` for a sharded model: its forward passes are collective (FSDP gathers the
+    parameters from every process, as DeepSpeed ZeRO-3 does), so process zero alone would wait forever for the
+    others. Sharded: the Trainer is set to wrap it in FSDP or ZeRO-3, or the model it holds is sharded already
+    (:func:`~flasheval.engine.hf.in_memory.is_sharded` of it, unwrapped as the engine unwraps it)."""
+    from flasheval.engine.hf.in_memory import is_sharded, unwrap
+
+    plugin = trainer.accelerator.state.deepspeed_plugin if trainer.is_deepspeed_enabled else None
+    zero3 = plugin is not None and plugin.zero_stage == 3
+    if trainer.is_fsdp_enabled or zero3 or is_sharded(unwrap(trainer.model_wrapped)[0]):
+        raise InputError("'main' places on process zero alone, but the model is sharded (FSDP or DeepSpeed ZeRO-3: "
+                         "each forward pass runs on every process together): give distributed=\"all\" (every "
+                         "process places, in lockstep)", field="distributed")
 
 
 def _note_waiting() -> None:
@@ -266,6 +326,13 @@ def __getattr__(name: str) -> Any:
     # flasheval (or this module) does not import transformers.
     if name != "PlacementCallback":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _callback_class()
+
+
+def _callback_class() -> Any:
+    """``PlacementCallback``, made once (from :class:`_PlacementHooks` and ``transformers.TrainerCallback``)."""
+    if "PlacementCallback" in globals():
+        return globals()["PlacementCallback"]
     from transformers import TrainerCallback
 
     made = type("PlacementCallback", (_PlacementHooks, TrainerCallback),

@@ -5,6 +5,10 @@
   is one checkpoint of the run folder, and its metrics reach ``state.log_history`` and a callback registered
   through ``report_to`` (where W&B and TensorBoard sit: before the placement callback in the Trainer's list);
   the last placement equals ``flasheval.place`` of the trained model, called afresh;
+* the callback is made for its Trainer (``attach``): without one it is refused when made, under another Trainer
+  when training begins; the Trainer's wrapped model is unwrapped as the engine unwraps it (DDP stripped, FSDP1 kept);
+  a sharded model with ``distributed="main"`` is refused, in one process and in a 2-process FSDP2 job where
+  ``"all"`` places it in lockstep;
 * two processes (``docs/examples/trainer_placement.py``): no hang, both processes train every step with
   placements in between, one record per placement, the same results in both modes, equal to what
   ``flasheval watch DIR --once`` places from the checkpoints the Trainer saved, and the run report draws rank
@@ -89,14 +93,13 @@ def _trainer(tmp_path, callbacks, *, evaluate=False, **args):
 def test_the_callback_places_at_steps_and_saves_and_logs_through_the_trainer(world, tmp_path, monkeypatch):
     from transformers.integrations import integration_utils
 
-    from flasheval.integrations.transformers import PlacementCallback
+    from flasheval.integrations.transformers import attach
 
     monkeypatch.setitem(integration_utils.INTEGRATION_TO_CALLBACK, RECORDER, Recorder)
     run = tmp_path / "run"
-    placement = PlacementCallback(world["reference"], run=run, every=2, on_save=True, plan=world["plan"])
+    trainer = _trainer(tmp_path, [], report_to=[RECORDER], save_strategy="steps", save_steps=3)
+    placement = attach(trainer, world["reference"], run=run, every=2, on_save=True, plan=world["plan"])
     assert isinstance(placement, transformers.TrainerCallback)
-    trainer = _trainer(tmp_path, [placement], report_to=[RECORDER], save_strategy="steps", save_steps=3)
-    placement.set_trainer(trainer)
     recorder = next(c for c in trainer.callback_handler.callbacks if isinstance(c, Recorder))
     order = trainer.callback_handler.callbacks
     assert order.index(recorder) < order.index(placement)  # as W&B: on_log runs before the placement callback's
@@ -123,20 +126,20 @@ def test_the_callback_places_at_steps_and_saves_and_logs_through_the_trainer(wor
 
 
 def test_a_model_wrapped_in_ddp_is_placed_unwrapped(world, tmp_path):
-    # A one-process gloo group made (and destroyed) by this test; the callback is handed the DDP wrapper.
+    # A one-process gloo group made (and destroyed) by this test; the Trainer holds the DDP wrapper as its
+    # model_wrapped, as it does under data parallelism.
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from flasheval.integrations.transformers import PlacementCallback
+    from flasheval.integrations.transformers import attach
 
-    placement = PlacementCallback(world["reference"], run=tmp_path / "run", every=1, plan=world["plan"])
-    trainer = _trainer(tmp_path, [placement])
-    placement.set_trainer(trainer)
+    trainer = _trainer(tmp_path, [])
+    placement = attach(trainer, world["reference"], run=tmp_path / "run", every=1, plan=world["plan"])
     trainer.state.global_step = 1
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
-        wrapped = DistributedDataParallel(trainer.model)
-        placement.on_step_end(trainer.args, trainer.state, trainer.control, model=wrapped,
+        trainer.model_wrapped = DistributedDataParallel(trainer.model)
+        placement.on_step_end(trainer.args, trainer.state, trainer.control, model=trainer.model,
                               processing_class=trainer.processing_class)
     finally:
         dist.destroy_process_group()
@@ -145,25 +148,126 @@ def test_a_model_wrapped_in_ddp_is_placed_unwrapped(world, tmp_path):
     assert trainer.state.log_history[-1]["flasheval/rank"] == bare.rank
 
 
-def test_an_unbound_callback_refuses_to_train(tmp_path):
+SHARDED = ("field 'distributed': 'main' places on process zero alone, but the model is sharded (FSDP or DeepSpeed "
+           "ZeRO-3: each forward pass runs on every process together): give distributed=\"all\" (every process places, "
+           "in lockstep)")
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A one-process gloo group, made and destroyed by the test (FSDP needs one)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_an_fsdp1_model_is_placed_through_its_wrapper(world, tmp_path, one_process_group):
+    # Under FSDP1 the Trainer holds the FullyShardedDataParallel wrapper as its model and model_wrapped (the callback
+    # handler's model= is the bare module inside, whose parameters the wrapper manages). The engine's unwrap keeps the
+    # wrapper as the runner (it gathers the parameters): every forward pass of the placement goes through it, where
+    # transformers' unwrap_model would strip it. On one process FSDP keeps whole parameters (NO_SHARD), so the
+    # placement equals the bare model's. A sharded model takes distributed="all" ("main" is refused).
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    from flasheval.integrations.transformers import attach
+
+    trainer = _trainer(tmp_path, [])
+    bare = trainer.model
+    wrapped = FullyShardedDataParallel(bare, device_id=torch.device("cpu"), use_orig_params=True)
+    trainer.model = trainer.model_wrapped = wrapped
+    with pytest.raises(flasheval.InputError) as caught:
+        attach(trainer, world["reference"], run=tmp_path / "main", every=1, plan=world["plan"])
+    assert str(caught.value) == SHARDED
+    placement = attach(trainer, world["reference"], run=tmp_path / "run", every=1, plan=world["plan"],
+                       distributed="all")
+    passes = []
+    wrapped.register_forward_pre_hook(lambda module, args: passes.append(len(passes)))
+    trainer.state.global_step = 1
+    placement.on_step_end(trainer.args, trainer.state, trainer.control, model=bare,
+                          processing_class=trainer.processing_class)
+    assert passes  # scored through the wrapper
+    alone = flasheval.place(LOOP.tiny_llama(0), world["reference"], tokenizer=trainer.processing_class,
+                            plan=world["plan"])
+    for key in ("rank", "interval", "tier", "status", "stages", "compute"):
+        assert placement.placements[1].placement.to_json()[key] == alone.placement.to_json()[key], key
+
+
+def test_a_sharded_model_with_main_is_refused_when_made_and_when_training_begins(world, tmp_path,
+                                                                                  one_process_group):
+    # FSDP2 (fully_shard: parameters become DTensors, every forward pass gathers them from every process): process
+    # zero cannot place it alone. Refused when the callback is made if the Trainer's model is sharded then or the
+    # Trainer is set to shard it (FSDP through accelerate), and as training begins (on every process alike, before
+    # the first step) if it was sharded after.
+    from torch.distributed.fsdp import fully_shard
+
+    from flasheval.integrations.transformers import attach
+
+    sharded = _trainer(tmp_path / "sharded", [])
+    fully_shard(sharded.model)
+    with pytest.raises(flasheval.InputError) as caught:
+        attach(sharded, "tiny", run=tmp_path / "run", every=1)
+    assert str(caught.value) == SHARDED
+    assert attach(sharded, "tiny", run=tmp_path / "run", every=1, distributed="all").distributed == "all"
+
+    configured = _trainer(tmp_path / "configured", [])
+    configured.is_fsdp_enabled = True  # as accelerate's FSDP plugin sets it (a GPU launch): the model is wrapped later
+    with pytest.raises(flasheval.InputError, match="give distributed=\"all\""):
+        attach(configured, "tiny", run=tmp_path / "run", every=1)
+
+    later = _trainer(tmp_path / "later", [])
+    attach(later, world["reference"], run=tmp_path / "run", every=1, plan=world["plan"])
+    fully_shard(later.model)
+    with pytest.raises(flasheval.InputError) as caught:
+        later.train()
+    assert str(caught.value) == SHARDED
+    assert later.state.global_step == 0 and not (tmp_path / "run").exists()
+
+
+def test_a_callback_without_its_trainer_is_refused_when_made(tmp_path):
+    # The trap of old: a callback handed to Trainer(callbacks=[...]) without its Trainer stopped training at its
+    # start. It cannot be made without one now: one line naming attach(...), before any Trainer runs.
     from flasheval.integrations.transformers import PlacementCallback
 
-    placement = PlacementCallback("tiny", run=tmp_path / "run", every=2)
-    trainer = _trainer(tmp_path, [placement])
-    with pytest.raises(flasheval.InputError, match=r"placement.set_trainer\(trainer\)"):
-        trainer.train()
-    placement.set_trainer(_trainer(tmp_path, []))  # another Trainer than the one that runs it
-    with pytest.raises(flasheval.InputError, match="not bound to the Trainer that runs it"):
-        trainer.train()
+    for trainer, got in ((None, "none"), (LOOP.tiny_llama(0), "LlamaForCausalLM")):
+        with pytest.raises(flasheval.InputError) as caught:
+            PlacementCallback("tiny", trainer=trainer, run=tmp_path / "run", every=2)
+        assert str(caught.value) == (f"field 'trainer': the callback needs the transformers.Trainer that runs it, "
+                                     f"got {got}: attach(trainer, reference, run=...) makes it for the Trainer and "
+                                     "adds it")
     assert not (tmp_path / "run").exists()
 
 
-def test_all_without_a_process_group_is_refused_before_the_first_step(tmp_path):
+def test_a_callback_made_for_its_trainer_and_added_places_and_one_run_by_another_refuses(world, tmp_path):
+    # TRL's shape: PlacementCallback(..., trainer=trainer) then trainer.add_callback; attach() does both. A callback
+    # made for one Trainer and given to another refuses to train, before the first step.
     from flasheval.integrations.transformers import PlacementCallback
 
-    placement = PlacementCallback("tiny", run=tmp_path / "run", every=1, distributed="all")
-    trainer = _trainer(tmp_path, [placement])
-    placement.set_trainer(trainer)
+    trainer = _trainer(tmp_path / "own", [], max_steps=2)
+    placement = PlacementCallback(world["reference"], trainer=trainer, run=tmp_path / "run", every=2,
+                                  plan=world["plan"])
+    assert placement.trainer is trainer
+    trainer.add_callback(placement)
+    trainer.train()
+    assert sorted(placement.placements) == [2]
+    assert [e["step"] for e in trainer.state.log_history if "flasheval/rank" in e] == [2]
+
+    stray = PlacementCallback("tiny", trainer=_trainer(tmp_path / "made-for", []), run=tmp_path / "stray", every=1)
+    other = _trainer(tmp_path / "other", [stray])
+    with pytest.raises(flasheval.InputError) as caught:
+        other.train()
+    assert str(caught.value) == ("field 'trainer': the callback was made for another Trainer than the one that runs "
+                                 "it: attach(trainer, reference, run=...) makes it for a Trainer and adds it there")
+    assert other.state.global_step == 0 and not (tmp_path / "stray").exists()
+
+
+def test_all_without_a_process_group_is_refused_before_the_first_step(tmp_path):
+    from flasheval.integrations.transformers import attach
+
+    trainer = _trainer(tmp_path, [])
+    placement = attach(trainer, "tiny", run=tmp_path / "run", every=1, distributed="all")
     with pytest.raises(flasheval.InputError, match="field 'distributed': 'all' needs the caller's torch.distributed"):
         trainer.train()
     assert trainer.state.global_step == 0 and not (tmp_path / "run").exists()
@@ -279,11 +383,10 @@ def test_placements_leave_every_loss_log_as_without_the_callback(world, tmp_path
     # `trainer.log` runs the Trainer's on_log handler, which clears control.should_log: at a placement on a logging
     # step the step's loss log (and, under data parallelism, its collective loss gather) was skipped on this
     # process alone. The callback puts every flag back: the losses are those of a training without it.
-    from flasheval.integrations.transformers import PlacementCallback
+    from flasheval.integrations.transformers import attach
 
-    placement = PlacementCallback(world["reference"], run=tmp_path / "run", every=every, plan=world["plan"])
-    trainer = _trainer(tmp_path, [placement], max_steps=20, logging_steps=5)
-    placement.set_trainer(trainer)
+    trainer = _trainer(tmp_path, [], max_steps=20, logging_steps=5)
+    placement = attach(trainer, world["reference"], run=tmp_path / "run", every=every, plan=world["plan"])
     trainer.train()
     assert sorted(placement.placements) == list(range(every, 21, every))
     assert sorted(unplaced_losses) == [5, 10, 15, 20]
@@ -297,11 +400,10 @@ def test_tensorboard_shows_the_placements_under_the_documented_tags(world, tmp_p
     # rewrite_logs: every training log under "train/" (train/loss), so the placement's tags are train/flasheval/*.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from flasheval.integrations.transformers import PlacementCallback
+    from flasheval.integrations.transformers import attach
 
-    placement = PlacementCallback(world["reference"], run=tmp_path / "run", every=2, plan=world["plan"])
-    trainer = _trainer(tmp_path, [placement], report_to="tensorboard", logging_steps=2)
-    placement.set_trainer(trainer)
+    trainer = _trainer(tmp_path, [], report_to="tensorboard", logging_steps=2)
+    placement = attach(trainer, world["reference"], run=tmp_path / "run", every=2, plan=world["plan"])
     trainer.train()  # events under OUTPUT_DIR/runs/ (TensorBoardCallback's default folder)
     events = EventAccumulator(str(next((tmp_path / "trainer").rglob("events.out.tfevents.*")).parent))
     events.Reload()
@@ -318,15 +420,14 @@ def test_a_placement_on_save_is_in_the_saved_checkpoints_trainer_state(world, tm
     # checkpoint's trainer_state.json holds the placement: resume_from_checkpoint keeps it in log_history. A save
     # decided after the step's callbacks (save_strategy="best", after an evaluation) is placed in on_save and
     # written into that checkpoint's trainer_state.json.
-    from flasheval.integrations.transformers import PlacementCallback
+    from flasheval.integrations.transformers import attach
 
     for strategy, extra in (("steps", {"save_steps": 3}),
                             ("best", {"eval_strategy": "steps", "eval_steps": 2, "metric_for_best_model": "loss",
                                       "evaluate": True})):
         folder = tmp_path / strategy
-        placement = PlacementCallback(world["reference"], run=folder / "run", on_save=True, plan=world["plan"])
-        trainer = _trainer(folder, [placement], save_strategy=strategy, **extra)
-        placement.set_trainer(trainer)
+        trainer = _trainer(folder, [], save_strategy=strategy, **extra)
+        placement = attach(trainer, world["reference"], run=folder / "run", on_save=True, plan=world["plan"])
         trainer.train()
         saved = sorted((folder / "trainer").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         assert saved, strategy
@@ -342,11 +443,10 @@ def test_a_bf16_trainer_places_as_its_saved_weights_do(world, tmp_path):
     # Trainer(bf16=True) prepares the model with accelerate's bf16 autocast wrapper around its forward, while its
     # parameters stay float32. The callback scores the weights as they are (autocast off, wrapper put back): the same
     # placement, example for example, as `flasheval place` of the checkpoint the Trainer saved at that step.
-    from flasheval.integrations.transformers import PlacementCallback
+    from flasheval.integrations.transformers import attach
 
-    placement = PlacementCallback(world["reference"], run=tmp_path / "run", every=4, plan=world["plan"])
-    trainer = _trainer(tmp_path, [placement], bf16=True, save_strategy="steps", save_steps=4)
-    placement.set_trainer(trainer)
+    trainer = _trainer(tmp_path, [], bf16=True, save_strategy="steps", save_steps=4)
+    placement = attach(trainer, world["reference"], run=tmp_path / "run", every=4, plan=world["plan"])
     assert "forward" in vars(trainer.model) or trainer.accelerator.mixed_precision == "bf16"
     trainer.train()
     assert "forward" in vars(trainer.model)  # accelerate's autocast wrapper is still there for training
@@ -371,12 +471,11 @@ def test_a_bf16_trainer_places_as_its_saved_weights_do(world, tmp_path):
 def test_a_time_budget_ends_each_placement_unresolved_with_its_interval_so_far(world, tmp_path):
     # max_seconds below what a second stage needs: each placement keeps its first stage's interval, is recorded
     # "unresolved at budget" and logs resolved 0; training goes on.
-    from flasheval.integrations.transformers import PlacementCallback
+    from flasheval.integrations.transformers import attach
 
-    placement = PlacementCallback(world["reference"], run=tmp_path / "run", every=2, plan=world["plan"],
-                                  max_seconds=1e-6)
-    trainer = _trainer(tmp_path, [placement])
-    placement.set_trainer(trainer)
+    trainer = _trainer(tmp_path, [])
+    placement = attach(trainer, world["reference"], run=tmp_path / "run", every=2, plan=world["plan"],
+                       max_seconds=1e-6)
     trainer.train()
     free = flasheval.place(trainer.model, world["reference"], tokenizer=trainer.processing_class,
                            plan=world["plan"], budget=flasheval.Budget(max_examples=10**9))  # the same Pocock looks
@@ -390,3 +489,34 @@ def test_a_time_budget_ends_each_placement_unresolved_with_its_interval_so_far(w
     with pytest.raises(flasheval.InputError, match="field 'max_seconds': given twice"):
         flasheval.place_checkpoint(trainer.model, run=tmp_path / "run", step=6, tokenizer=trainer.processing_class,
                                    max_seconds=5, budget=flasheval.Budget(max_seconds=9))
+
+
+@pytest.mark.slow  # two processes importing torch and transformers, one placement in lockstep: ~30-60 s on 2 cores
+def test_a_sharded_trainer_model_is_refused_with_main_and_placed_with_all_on_two_processes(world, tmp_path):
+    # A real 2-process FSDP2 job (torchrun, gloo on CPU; _sharded_callback_worker.py): the Trainer's model is sharded,
+    # so "main" is refused on both processes when the callback is made, and "all" places in lockstep: both processes
+    # get and log the same placement, equal to one process placing the same (unsharded) weights here.
+    import os
+    import subprocess
+
+    from tests.engine.test_distributed import _free_port, one_thread
+
+    pytest.importorskip("torch.distributed.fsdp", reason="FSDP2 needs torch.distributed")
+    worker = REPO_ROOT / "tests" / "integrations" / "_sharded_callback_worker.py"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+               str(_free_port()), str(worker), str(world["reference"]), str(world["plan"]), str(tmp_path / "run"),
+               str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["refused"] for r in ranks] == [SHARDED, SHARDED]
+    assert [r["group"] for r in ranks] == [2, 2]  # the job's group is still there
+    assert ranks[0]["placement"] == ranks[1]["placement"]
+    assert [_without_seconds(e) for e in ranks[0]["logged"]] == [_without_seconds(e) for e in ranks[1]["logged"]]
+    assert [e["step"] for e in ranks[0]["logged"]] == [1]
+    alone = one_thread(lambda: flasheval.place(LOOP.tiny_llama(0), world["reference"], tokenizer=LOOP.byte_tokenizer(),
+                                               plan=world["plan"]))
+    for key, value in ranks[0]["placement"].items():
+        assert value == json.loads(json.dumps(alone.placement.to_json()[key])), key
+    assert [c.step for c in flasheval.read_run(tmp_path / "run").checkpoints] == [1]
