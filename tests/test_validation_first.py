@@ -125,7 +125,7 @@ def test_one_rule_and_one_message_per_kind_of_value(tmp_path):
             entry()
     for bad in (-1, 1.5, True, "1"):
         with pytest.raises(flasheval.InputError, match="must be an integer >= 0 or a numpy Generator"):
-            flasheval.rank_intervals("helm_lite", rng=bad)
+            flasheval.rank_intervals("helm_lite", seed=bad)
         with pytest.raises(flasheval.InputError, match="must be an integer >= 0, got"):
             check_seed(bad)
     gen = np.random.default_rng(0)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from flasheval.api.resolve import check_pool_options, resolve_reference
 from flasheval.checks import check_confidence_level, check_n_resamples, check_seed
 from flasheval.errors import InputError
@@ -19,18 +21,18 @@ from flasheval.reference.intervals import RankIntervals, reference_rank_interval
 __all__ = ["rank_intervals", "RankIntervals"]
 
 
-def _check(confidence_level: Any, n_resamples: Any, rng: Any, simultaneous: Any, aggregate: Any,
+def _check(confidence_level: Any, n_resamples: Any, seed: Any, simultaneous: Any, aggregate: Any,
            missing: Any) -> tuple[float, int, Any]:
     """Every argument but the reference checked (one line naming the option), before the reference is read: the
     level, resamples (100 to :data:`~flasheval.checks.MAX_RESAMPLES`), seed or Generator, the aggregate and
     missing-data policy. Returns the level, resamples and seed."""
     level = check_confidence_level(confidence_level, field="--level")
     n_resamples = check_n_resamples(n_resamples, field="--n-resamples")
-    rng = check_seed(rng, generator=True)
+    seed = check_seed(seed, generator=True)
     if not isinstance(simultaneous, bool):
         raise InputError(f"must be True or False, got {simultaneous!r}", field="simultaneous")
     check_pool_options(aggregate, missing)
-    return level, n_resamples, rng
+    return level, n_resamples, seed
 
 
 def rank_intervals(
@@ -41,7 +43,7 @@ def rank_intervals(
     aggregate: str | None = None,
     missing: str = "complete-models",
     n_resamples: int = 1000,
-    rng: int | np.random.Generator | None = 0,
+    seed: int | np.random.Generator | None = 0,
 ) -> RankIntervals:
     """Rank interval of every model of ``reference`` under its aggregate, and the groups it cannot tell apart.
 
@@ -64,7 +66,7 @@ def rank_intervals(
         ``mean`` or ``centered`` (default: the reference's); ``win_rate`` is refused (it depends on the pool).
     missing
         The missing-data policy the reference is loaded with.
-    n_resamples, rng
+    n_resamples, seed
         Bootstrap replicates (>= 100) and the seed or ``numpy.random.Generator`` (default 0: the same
         intervals on every call).
 
@@ -81,7 +83,7 @@ def rank_intervals(
     >>> res.n_models, res.models[0].rank, res.models[0].interval[0]
     (69, 1, 1)
     """
-    level, n_resamples, rng = _check(confidence_level, n_resamples, rng, simultaneous, aggregate, missing)
+    level, n_resamples, seed = _check(confidence_level, n_resamples, seed, simultaneous, aggregate, missing)
     ref = resolve_reference(reference, missing=missing)
     return reference_rank_intervals(ref, aggregate=aggregate, confidence_level=level,
-                                    simultaneous=simultaneous, n_resamples=n_resamples, rng=rng)
+                                    simultaneous=simultaneous, n_resamples=n_resamples, rng=seed)

@@ -183,7 +183,7 @@ def _show(args: argparse.Namespace) -> int:
 def _show_intervals(args: argparse.Namespace) -> int:
     """``reference show NAME --intervals``: every model's rank interval, its group, then the groups and a summary."""
     res = rank_intervals(args.name, confidence_level=args.level, simultaneous=not args.per_model,
-                         aggregate=args.aggregate, missing=args.missing, n_resamples=args.n_resamples, rng=args.seed)
+                         aggregate=args.aggregate, missing=args.missing, n_resamples=args.n_resamples, seed=args.seed)
     for line in format_intervals(res):
         print(line)
     return 0

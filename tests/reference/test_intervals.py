@@ -31,6 +31,9 @@ def test_every_helm_lite_model_gets_an_interval_around_its_rank_and_a_group(helm
     assert 0 <= res.n_separable_adjacent < res.n_models - 1 and res.widest.width >= 5
     again = flasheval.rank_intervals(helm, n_resamples=300)
     assert again == res  # seeded: the same intervals every call
+    by_generator = flasheval.rank_intervals(helm, n_resamples=300, seed=np.random.default_rng(0))
+    assert by_generator == flasheval.rank_intervals(helm, n_resamples=300, seed=np.random.default_rng(0))
+    assert by_generator != flasheval.rank_intervals(helm, n_resamples=300, seed=np.random.default_rng(1))
     own = flasheval.rank_intervals(helm, n_resamples=300, simultaneous=False)
     assert all(a.interval[0] >= b.interval[0] and a.interval[1] <= b.interval[1] for a, b in zip(own.models, res.models))
     assert sum(m.width for m in own.models) < sum(m.width for m in res.models)
@@ -58,13 +61,13 @@ def test_the_centered_aggregate_with_equal_baselines_gives_the_mean_aggregates_i
     ({"aggregate": "win_rate"}, "win_rate depends on the whole pool"),
     ({"confidence_level": 1.0}, "field '--level': must be a number in [0.5, 1), got 1.0"),
     ({"n_resamples": 50}, "field '--n-resamples': must be an integer from 100 to 100000"),
-    ({"rng": -1}, "field '--seed': must be an integer >= 0"),
+    ({"seed": -1}, "field '--seed': must be an integer >= 0"),
 ])
 def test_bad_values_are_refused_in_one_line_by_the_api_and_the_command(helm, capsys, kwargs, message):
     with pytest.raises(flasheval.InputError, match=None) as info:
         flasheval.rank_intervals(helm, **kwargs)
     assert message in str(info.value) and "\n" not in str(info.value)
-    flags = {"aggregate": "--aggregate", "confidence_level": "--level", "n_resamples": "--n-resamples", "rng": "--seed"}
+    flags = {"aggregate": "--aggregate", "confidence_level": "--level", "n_resamples": "--n-resamples", "seed": "--seed"}
     (key, value), = kwargs.items()
     assert main(["reference", "show", "helm_lite", "--intervals", flags[key], str(value)]) == 1
     assert message in capsys.readouterr().err
