@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from flasheval.engine.throughput import forward_flops
 from flasheval.errors import InputError
 from flasheval.hashing import derive_seed
 from flasheval.placement.controller import Controller, course, score_request
@@ -234,7 +235,7 @@ def _round(state: list[Controller], scorers: dict[str, ExampleScorer], budget: B
         if request is None:  # every example scored: the last look already resolved it
             continue
         examples, tokens = spent.projected(c, request.n_new)
-        flops = None if tokens is None or c.n_parameters is None else 2.0 * c.n_parameters * tokens
+        flops = forward_flops(c.n_parameters, tokens)
         if budget.exceeded_by(examples=examples, tokens=tokens, flops=flops) is not None:
             continue
         before = (c.n_examples, c.n_tokens)
@@ -312,7 +313,7 @@ def _result(c: Controller, looked: list[tuple[int, int]]) -> CheckpointResult:
         model_id=c.model_id, status=c.status, reason=c.reason, rank=placed,
         interval=(1, n_total) if c.dist is None else c.dist.interval, tier=None if tier is None else tier.label,
         resolution=None if tier is None else tier.resolution, n_examples=used, n_tokens=n_tokens,
-        flops=None if n_tokens is None or p is None else 2.0 * p * n_tokens,
+        flops=forward_flops(p, n_tokens),
         saving=sum(sizes) / max(used, 1), rounds=len(c.records), per_dataset=tuple(c.n), stages=stages)
 
 
