@@ -29,6 +29,7 @@ from flasheval.checks import check_count, check_output, check_seed, name_list
 from flasheval.reference.scoring.live import LiveOptions, prepare_scoring
 from flasheval.reference.scoring.replay import ReplayScorer
 from flasheval.placement.results import Budget
+from flasheval.sweeps.executor import Executor
 from flasheval.sweeps.schedule import SweepResult, check_sweep_budget
 from flasheval.sweeps.schedule import sweep as run_sweep
 from flasheval.sweeps.models import CheckpointPool
@@ -99,6 +100,7 @@ def sweep(
     progress: ProgressCallback | None = None,
     force: bool = False,
     distributed: str = "main",
+    executor: Executor | None = None,
 ) -> SweepRun:
     """Place every checkpoint of ``models`` on ``reference`` within one total ``budget``.
 
@@ -135,6 +137,9 @@ def sweep(
         Replace a ``sweep.json`` in ``output`` that is not a sweep record (refused without it).
     distributed
         ``"main"`` (default) or ``"all"``: who scores (section "Distributed" below; docs/engine.md, "Several processes").
+    executor
+        Serves each planned round of looks (:class:`~flasheval.sweeps.executor.Executor`: ``serve(round_, scorers)``);
+        default: in this process, in priority order. Every executor gives the same result (docs/sweep.md).
 
     Distributed
     -----------
@@ -144,6 +149,8 @@ def sweep(
     result (refused in one line when no group is initialised). Live checkpoints only: only the main process writes the run folder; every process returns the same result. A replay sweep runs nothing and no collective in either mode.
     """
     check_distributed(distributed)
+    if executor is not None and not isinstance(executor, Executor):
+        raise InputError(f"must have a serve(round_, scorers) method, got {type(executor).__name__}", field="executor")
     engine = engine_options(engine)
     check_n_parameters(n_parameters)
     check_seed(seed)
@@ -170,7 +177,7 @@ def sweep(
             engine.refuse("live specs only", "max_length", "device_map", "max_memory", "offload_folder")
             run = _replay(resolved, reference, budget=budget, plan=plan_, seed=seed or 0, aggregate=aggregate,
                           missing=missing, datasets=datasets, low_rank=low_rank, n_params=n_params,
-                          n_parameters=n_parameters, folder=folder, report=report)
+                          n_parameters=n_parameters, folder=folder, report=report, executor=executor)
         else:
             options = live_options(seed=seed, task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot,
                                    engine=engine)
@@ -179,7 +186,7 @@ def sweep(
             run = _live(resolved, reference, budget=budget, plan=plan_, options=options, aggregate=aggregate,
                         missing=missing, datasets=datasets, low_rank=low_rank, n_params=n_params,
                         n_parameters=n_parameters, max_loaded=1 if max_loaded is None else max_loaded, folder=folder,
-                        report=report, distributed=distributed)
+                        report=report, distributed=distributed, executor=executor)
         if output is None:
             return replace(run, record_path=None)
         return run
@@ -192,7 +199,7 @@ def _resolving(report: Reporter, message: str, run: RunFolder, folder: Path) -> 
 
 def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, seed: int, aggregate: str | None,
             missing: str, datasets: list[str] | None, low_rank: int | None, n_params: int | None,
-            n_parameters: float | None, folder: Path, report: Reporter) -> SweepRun:
+            n_parameters: float | None, folder: Path, report: Reporter, executor: Executor | None) -> SweepRun:
     full = restrict(resolve_reference(reference, missing=missing), datasets)
     model_ids = [m.model_id for m in models]
     for model_id in model_ids:
@@ -222,7 +229,7 @@ def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any,
 
         result = run_sweep(pool, scorers, plan, budget=budget, seed=seed, aggregate=aggregate,
                            low_rank=_racing(low_rank, pool),
-                           n_parameters=n_params, on_round=on_round)
+                           n_parameters=n_params, on_round=on_round, executor=executor)
         result = replace(result, truth=truth_ranks(full, pool, model_ids, aggregate))
         separate = separate_placements(full, pool, model_ids, plan, seed=seed, aggregate=aggregate)
         payload = build_payload(result, full, pool, aggregate, separate)
@@ -254,7 +261,7 @@ def _round_reporter(report: Reporter) -> Any:
 def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, options: LiveOptions,
           aggregate: str | None, missing: str, datasets: list[str] | None, low_rank: int | None, n_params: int | None,
           n_parameters: float | None, max_loaded: int, folder: Path, report: Reporter,
-          distributed: str) -> SweepRun:
+          distributed: str, executor: Executor | None) -> SweepRun:
     setup = prepare_scoring(resolve_reference(reference, missing=missing), options)
     full = restrict(setup.reference, datasets)
     pool, held = hold_out(full, [m.model_id for m in models])
@@ -288,7 +295,7 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
             scorers = {m: run.scorer(m, s) for m, s in checkpoints.scorers.items()}
             result = run_sweep(pool, scorers, plan, budget=budget, seed=setup.seed, aggregate=aggregate,
                                low_rank=_racing(low_rank, pool), n_parameters=n_params,
-                               on_round=_round_reporter(report))
+                               on_round=_round_reporter(report), executor=executor)
         payload = build_payload(result, full, pool, aggregate)
         payload["live"] = {"engine": setup.engine, "dtype": setup.dtype, **setup.record_settings(),
                            "max_loaded": max_loaded, "world_size": 1 if state is None else state.num_processes,

@@ -37,7 +37,8 @@ from flasheval.reference import ReferenceLeaderboard
 from flasheval.stats.bootstrap import PoolExamples, RankDistribution, pool_examples, rank_distribution
 from flasheval.stats.sampling import example_order
 
-__all__ = ["Course", "StageRequest", "Controller", "course", "score_request", "place", "plan_looks", "stage_rank"]
+__all__ = ["Course", "StageRequest", "Controller", "course", "stage_asks", "by_dataset", "score_request", "place",
+           "plan_looks", "stage_rank"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +99,6 @@ def plan_looks(reference: ReferenceLeaderboard, plan: TierPlan, *, budget: Budge
     if for_budget(plan, budget or Budget()) is not plan:
         logger.info("a budget cap may end the run before the rule stops it: the looks use Pocock's constant")
     return look_plan(reference, for_budget(plan, budget or Budget()), aggregate)
-
-
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -163,23 +162,29 @@ class StageRequest:
         return sum(len(ids) for ids in self.example_ids)
 
 
-def score_request(scorer: ExampleScorer, names: Sequence[str], request: StageRequest) -> list[ScoredExamples | None]:
-    """Ask ``scorer`` for the ids of ``request`` (per dataset of ``names``; ``None`` where there are none).
+def stage_asks(names: Sequence[str], request: StageRequest) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The ``(task_name, example_ids)`` asks of ``request`` (datasets of ``names`` with ids to score, in order)."""
+    return tuple((name, ids) for name, ids in zip(names, request.example_ids) if ids)
 
-    A scorer with ``score_many`` (the live one) gets every dataset's ids in one call, so that a model runs a
-    stage's requests in one batch-first call; others are asked per dataset.
-    """
-    asked = [(name, ids) for name, ids in zip(names, request.example_ids) if ids]
-    many = getattr(scorer, "score_many", None)
-    answers = many(asked) if callable(many) and len(asked) > 1 else [scorer.score(n, ids) for n, ids in asked]
-    by_name = dict(zip((name for name, _ in asked), answers))
-    out: list[ScoredExamples | None] = []
-    for name, ids in zip(names, request.example_ids):
-        got = by_name.get(name) if ids else None
-        if got is not None and got.scores.shape != (len(ids),):
+
+def by_dataset(names: Sequence[str], request: StageRequest,
+               answers: Sequence[ScoredExamples]) -> list[ScoredExamples | None]:
+    """``answers`` to :func:`stage_asks` per dataset of ``names`` (``None`` where none was asked), checked."""
+    asked = stage_asks(names, request)
+    if len(answers) != len(asked):
+        raise ValueError(f"scorer returned {len(answers)} answers for {len(asked)} tasks asked")
+    for (name, ids), got in zip(asked, answers):
+        if got.scores.shape != (len(ids),):
             raise ValueError(f"scorer returned {got.scores.shape} scores for {len(ids)} examples of {name}")
-        out.append(got)
-    return out
+    by_name = dict(zip((name for name, _ in asked), answers))
+    return [by_name[name] if ids else None for name, ids in zip(names, request.example_ids)]
+
+
+def score_request(scorer: ExampleScorer, names: Sequence[str], request: StageRequest) -> list[ScoredExamples | None]:
+    """Ask ``scorer`` for the ids of ``request`` in ONE ``score_many`` call (none when the look adds no example): a
+    model runs a stage's requests batch-first. Per dataset of ``names``; ``None`` where there are none."""
+    asked = stage_asks(names, request)
+    return by_dataset(names, request, scorer.score_many(asked) if asked else [])
 
 
 class Controller:

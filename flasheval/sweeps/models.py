@@ -28,7 +28,7 @@ from typing import Any
 
 from flasheval.errors import InputError
 from flasheval.reference.scoring.live import LiveModel, OpenedScorer
-from flasheval.reference.scoring.scorers import ScoredExamples
+from flasheval.reference.scoring.scorers import OneTask, ScoredExamples
 from flasheval.sweeps.folder import MODELS_DIR
 from flasheval.records.run_record import slug
 
@@ -40,8 +40,10 @@ Opener = Callable[[LiveModel, Path], OpenedScorer]
 """Loads one checkpoint behind the request store of a folder (``ScoringSetup.open`` with its options bound)."""
 
 
-class _PooledScorer:
-    """The scorer a sweep sees for one checkpoint: loads it on first use, logs what was asked across loads."""
+class _PooledScorer(OneTask):
+    """The scorer a sweep sees for one checkpoint: loads it on first use, logs what was asked across loads.
+
+    A look's asks go to the loaded checkpoint's scorer in one ``score_many`` call."""
 
     def __init__(self, pool: CheckpointPool, model_id: str) -> None:
         self._pool = pool
@@ -49,10 +51,10 @@ class _PooledScorer:
         self.n_parameters: int | None = None
         self.requests: list[tuple[str, tuple[str, ...]]] = []
 
-    def score(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
+    def score_many(self, asks: Sequence[tuple[str, Sequence[str]]]) -> list[ScoredExamples]:
         opened = self._pool.opened(self._model_id)
-        self.requests.append((task_name, tuple(example_ids)))
-        return opened.scorer.score(task_name, example_ids)
+        self.requests.extend((task_name, tuple(ids)) for task_name, ids in asks)
+        return list(opened.scorer.score_many(asks))
 
     def asked_json(self) -> list[dict[str, Any]]:
         """Every ``(task_name, example_ids)`` asked, as run records store them."""

@@ -9,10 +9,13 @@ comparable with each other (paired), not only with the reference pool. The sweep
 each round:
 
 1. every controller that is still *active* says what its next look would score;
-2. the looks are served in priority order while the total budget lasts: first checkpoints
+2. the round is planned before anything is scored (:func:`flasheval.sweeps.rounds.plan_round`, pure): the
+   looks in priority order while the total budget lasts: first checkpoints
    with no look yet (everyone gets the first stage), then those whose rank interval still
    overlaps a tier boundary, the top tiers first (lowest possible rank first), then the rest;
-   a look that would exceed the budget is not started;
+   a look that would exceed the budget is not started; an executor
+   (:class:`flasheval.sweeps.executor.Executor`, default in this process) serves the round, each
+   checkpoint's look in one ``score_many`` call;
 3. each served controller ranks its checkpoint against the pool (the same statistics as ``place``)
    and the plan's stop rule decides (``resolved``); a checkpoint whose whole interval lies at or
    below ``low_rank`` (default: the first rank of the plan's open-ended last tier) stops as
@@ -39,9 +42,9 @@ from typing import Any
 import numpy as np
 
 from flasheval.engine.throughput import forward_flops
-from flasheval.errors import InputError
+from flasheval.errors import BackendError, InputError
 from flasheval.hashing import derive_seed
-from flasheval.placement.controller import Controller, course, score_request
+from flasheval.placement.controller import Controller, by_dataset, course
 from flasheval.placement.looks import first_look, for_budget, look_plan
 from flasheval.placement.results import Budget
 from flasheval.reference.scoring.scorers import ExampleScorer
@@ -51,6 +54,8 @@ from flasheval.stats.bootstrap import control_variate_means
 from flasheval.stats.rank_intervals import rank_intervals_from_replicates
 from flasheval.stats.ranking import aggregate as aggregate_values
 from flasheval.stats.ranking import competition_ranks
+from flasheval.sweeps.executor import Executor, InProcessExecutor
+from flasheval.sweeps.rounds import Round, plan_round
 
 __all__ = ["SweepStage", "CheckpointResult", "OrderEntry", "SweepResult", "sweep", "check_sweep_budget", "checkpoint_order",
            "STATUSES"]
@@ -152,66 +157,6 @@ class SweepResult:
         return out
 
 
-def _priority(c: Controller, plan: TierPlan) -> tuple[int, int, int]:
-    """Sort key: no look yet first; then intervals overlapping a tier boundary, best possible rank first."""
-    if c.dist is None:
-        return (0, 0, 0)
-    lo, hi = c.dist.interval
-    crosses = plan.tier_for(lo) is not plan.tier_for(hi)
-    return (1 if crosses else 2, lo, -(hi - lo))
-
-
-def _spent(state: list[Controller]) -> tuple[int, float | None]:
-    """Examples and tokens (``None`` unless every scored checkpoint reports tokens) spent so far."""
-    examples = sum(c.n_examples for c in state)
-    scored = [c for c in state if c.n_examples]
-    if not scored or any(c.n_tokens is None for c in scored):
-        return examples, None
-    return examples, float(sum(c.n_tokens or 0 for c in scored))
-
-
-class _Spent:
-    """:func:`_spent`, kept up to date as stages are served: a round costs the same whatever rounds came before."""
-
-    def __init__(self, state: list[Controller]) -> None:
-        self.examples = 0
-        self._tokens = 0
-        self._scored = 0
-        self._without_tokens = 0  # scored checkpoints that report no tokens: the total is then unknown
-        for c in state:
-            self.add((0, None), c)
-
-    @property
-    def tokens(self) -> float | None:
-        return None if not self._scored or self._without_tokens else float(self._tokens)
-
-    def add(self, before: tuple[int, int | None], c: Controller) -> None:
-        """Account for ``c``'s stage just served; ``before``: its examples and tokens before it."""
-        examples_before, tokens_before = before
-        if examples_before:  # take out what it counted for before
-            self._scored -= 1
-            if tokens_before is None:
-                self._without_tokens -= 1
-            else:
-                self._tokens -= tokens_before
-        self.examples += c.n_examples - examples_before
-        if c.n_examples:
-            self._scored += 1
-            if c.n_tokens is None:
-                self._without_tokens += 1
-            else:
-                self._tokens += c.n_tokens
-
-    def projected(self, c: Controller, extra: int) -> tuple[int, float | None]:
-        """Total examples and tokens once ``c`` scores ``extra`` more (tokens at its rate so far, else the sweep's)."""
-        examples, tokens = self.examples, self.tokens
-        if tokens is None:
-            return examples + extra, None
-        own = c.n_tokens
-        rate = own / c.n_examples if c.n_examples and own is not None else tokens / max(examples, 1)
-        return examples + extra, tokens + rate * extra
-
-
 def check_sweep_budget(budget: Budget, plan: TierPlan, reference: ReferenceLeaderboard, n_checkpoints: int, *,
                        aggregate: str | None = None) -> None:
     """Refuse a budget smaller than one first look for every checkpoint (``reference``: the pool, held out; the
@@ -224,28 +169,23 @@ def check_sweep_budget(budget: Budget, plan: TierPlan, reference: ReferenceLeade
                          field="--budget-examples")
 
 
-def _round(state: list[Controller], scorers: dict[str, ExampleScorer], budget: Budget, spent: _Spent,
-           round_: int, looked: dict[str, list[tuple[int, int]]]) -> bool:
-    """One round: give the active controllers their next stage in priority order, as far as the budget pays."""
-    served = False
-    plan = state[0].course.plan
+def _serve(state: list[Controller], planned: Round, scorers: dict[str, ExampleScorer], executor: Executor,
+           looked: dict[str, list[tuple[int, int]]]) -> None:
+    """Have ``executor`` serve the round, then feed each planned controller its scores, in the round's order."""
+    answers = executor.serve(planned, scorers)
+    if len(answers) != len(planned.requests):
+        raise BackendError(f"the executor returned {len(answers)} answers for the {len(planned.requests)} requests "
+                           f"of round {planned.number}")
+    by_id = {c.model_id: c for c in state}
     names = state[0].course.reference.dataset_names
-    for c in sorted((c for c in state if c.active), key=lambda c: (_priority(c, plan), c.model_id)):
-        request = c.next_stage()
-        if request is None:  # every example scored: the last look already resolved it
-            continue
-        examples, tokens = spent.projected(c, request.n_new)
-        flops = forward_flops(c.n_parameters, tokens)
-        if budget.exceeded_by(examples=examples, tokens=tokens, flops=flops) is not None:
-            continue
-        before = (c.n_examples, c.n_tokens)
-        c.take(request, score_request(scorers[c.model_id], names, request))
-        spent.add(before, c)
-        looked[c.model_id].append((round_, c.dist.rank))  # type: ignore[union-attr]
-        logger.info("round %d: %s rank %d [%d, %d] after %d examples: %s", round_, c.model_id, c.dist.rank,
+    for request, answer in zip(planned.requests, answers):
+        c = by_id[request.model_id]
+        stage = c.next_stage()  # the look planned: the controller has not changed since
+        c.take(stage, by_dataset(names, stage, answer))  # type: ignore[arg-type]
+        looked[c.model_id].append((planned.number, c.dist.rank))  # type: ignore[union-attr]
+        logger.info("round %d: %s rank %d [%d, %d] after %d examples: %s", planned.number, c.model_id, c.dist.rank,
                     *c.dist.interval, c.n_examples, c.status if not c.active else c.records[-1].reason)
-        served = True
-    return served
+
 
 def checkpoint_order(
     reference: ReferenceLeaderboard,
@@ -328,6 +268,7 @@ def sweep(
     low_rank: int | None = None,
     n_parameters: int | None = None,
     on_round: Callable[[int, int, int], None] | None = None,
+    executor: Executor | None = None,
 ) -> SweepResult:
     """Place every checkpoint of ``scorers`` on ``reference`` within ``budget`` (module docstring).
 
@@ -353,6 +294,9 @@ def sweep(
     on_round
         Called after each round with the round number, the checkpoints still racing and the examples
         scored so far over all checkpoints (progress).
+    executor
+        Serves each round (:class:`~flasheval.sweeps.executor.Executor`; default: in this process, in priority
+        order, :class:`~flasheval.sweeps.executor.InProcessExecutor`). Every executor gives the same result.
     """
     if not scorers:
         raise InputError("no checkpoints to sweep", field="--models")
@@ -364,15 +308,22 @@ def sweep(
     shared = course(reference, plan, seed=seed, looks=looks, aggregate=aggregate, low_rank=low)
     state = [Controller(shared, model_id=m, n_parameters=n_parameters) for m in sorted(scorers)]
     looked: dict[str, list[tuple[int, int]]] = {c.model_id: [] for c in state}
-    spent = _Spent(state)
+    executor = InProcessExecutor() if executor is None else executor
     round_ = 0
     while any(c.active for c in state):
-        round_ += 1
-        if not _round(state, scorers, budget, spent, round_, looked):
-            round_ -= 1
+        planned = plan_round(state, budget, number=round_ + 1)
+        if not planned.requests:
             break
+        round_ = planned.number
+        _serve(state, planned, scorers, executor, looked)
+        served = frozenset(r.model_id for r in planned.requests)
+        while not planned.complete:  # the rest of the round, planned at the rate its first part revealed
+            planned = plan_round(state, budget, number=round_, served=served)
+            if planned.requests:
+                _serve(state, planned, scorers, executor, looked)
+            served |= {r.model_id for r in planned.requests}
         if on_round is not None:
-            on_round(round_, sum(c.active for c in state), spent.examples)
+            on_round(round_, sum(c.active for c in state), sum(c.n_examples for c in state))
     for c in state:
         if c.active:
             c.halt("the budget cannot pay for its next stage")

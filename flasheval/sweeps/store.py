@@ -22,7 +22,7 @@ import numpy as np
 from flasheval.engine.store.journal import read_journal
 from flasheval.engine.store.results import ResultStore
 from flasheval.engine.store.stored_score import StoredScore, score_key
-from flasheval.reference.scoring.scorers import ExampleScorer, ScoredExamples
+from flasheval.reference.scoring.scorers import ExampleScorer, OneTask, ScoredExamples
 
 __all__ = ["score_fingerprint", "StoredScorer", "read_legacy_scores"]
 
@@ -40,11 +40,12 @@ def score_fingerprint(model_id: str) -> str:
     return f"sweep-scores:{model_id}"
 
 
-class StoredScorer:
+class StoredScorer(OneTask):
     """An :class:`~flasheval.reference.scoring.scorers.ExampleScorer` that answers from a checkpoint's store first.
 
-    Examples it has to compute are asked of ``inner`` in one call and put in ``store`` (written
-    before they are returned). ``n_computed`` counts them (0 on a fully resumed run).
+    The examples of every ask that it has to compute are asked of ``inner`` in ONE ``score_many`` call (none
+    when the store holds them all) and put in ``store`` (written before they are returned). ``n_computed``
+    counts them (0 on a fully resumed run).
     """
 
     def __init__(self, inner: ExampleScorer, store: ResultStore) -> None:
@@ -53,18 +54,30 @@ class StoredScorer:
         self.n_parameters = getattr(inner, "n_parameters", None)
         self.n_computed = 0
 
-    def score(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
-        keys = [score_key(task_name, e) for e in example_ids]
-        missing = [e for e, key in zip(example_ids, keys) if self.store.get(key) is None]
+    def score_many(self, asks: Sequence[tuple[str, Sequence[str]]]) -> list[ScoredExamples]:
+        keys = [[score_key(task_name, e) for e in ids] for task_name, ids in asks]
+        missing = [(task_name, [e for e, key in zip(ids, ask_keys) if self.store.get(key) is None])
+                   for (task_name, ids), ask_keys in zip(asks, keys)]
+        missing = [(task_name, ids) for task_name, ids in missing if ids]
         if missing:
-            got = self.inner.score(task_name, missing)
-            if got.scores.shape != (len(missing),):
-                raise ValueError(f"scorer returned {got.scores.shape} scores for {len(missing)} examples of {task_name}")
-            tokens = got.n_tokens
-            self.store.put_many([(score_key(task_name, e), StoredScore(
-                task_name=task_name, example_id=e, score=float(got.scores[i]),
-                n_tokens=None if tokens is None else int(tokens[i]))) for i, e in enumerate(missing)])
-            self.n_computed += len(missing)
+            answers = self.inner.score_many(missing)
+            if len(answers) != len(missing):
+                raise ValueError(f"scorer returned {len(answers)} answers for {len(missing)} tasks asked")
+            for (task_name, ids), got in zip(missing, answers):
+                self._put(task_name, ids, got)
+        return [self._stored(ask_keys) for ask_keys in keys]
+
+    def _put(self, task_name: str, example_ids: Sequence[str], got: ScoredExamples) -> None:
+        if got.scores.shape != (len(example_ids),):
+            raise ValueError(f"scorer returned {got.scores.shape} scores for {len(example_ids)} examples of "
+                             f"{task_name}")
+        tokens = got.n_tokens
+        self.store.put_many([(score_key(task_name, e), StoredScore(
+            task_name=task_name, example_id=e, score=float(got.scores[i]),
+            n_tokens=None if tokens is None else int(tokens[i]))) for i, e in enumerate(example_ids)])
+        self.n_computed += len(example_ids)
+
+    def _stored(self, keys: Sequence[str]) -> ScoredExamples:
         rows: list[StoredScore] = [self.store.get(key) for key in keys]  # type: ignore[misc]
         scores = np.array([r.score for r in rows], dtype=np.float64)
         has_tokens = bool(rows) and all(r.n_tokens is not None for r in rows)

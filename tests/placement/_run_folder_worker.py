@@ -40,9 +40,9 @@ def sweep_world():
 
 
 class _Slow(ReplayScorer):
-    def score(self, task_name, example_ids):
-        time.sleep(0.05)
-        return super().score(task_name, example_ids)
+    def score_many(self, asks):
+        time.sleep(0.05 * len(asks))
+        return super().score_many(asks)
 
 
 def killed_sweep(folder: str) -> int:
@@ -62,8 +62,8 @@ class _One:
 
     n_parameters = None
 
-    def score(self, task_name, example_ids):
-        return ScoredExamples(scores=np.ones(len(example_ids)), n_tokens=np.full(len(example_ids), 7))
+    def score_many(self, asks):
+        return [ScoredExamples(scores=np.ones(len(ids)), n_tokens=np.full(len(ids), 7)) for _, ids in asks]
 
 
 def launched(out: str, config: str, other: str) -> int:

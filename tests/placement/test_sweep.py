@@ -29,11 +29,11 @@ class _Recording(ReplayScorer):
     calls = 0
     crash_after: int | None = None
 
-    def score(self, task_name, example_ids):
+    def score_many(self, asks):
         type(self).calls += 1
         if self.crash_after is not None and type(self).calls > self.crash_after:
             raise KeyboardInterrupt
-        return super().score(task_name, example_ids)
+        return super().score_many(asks)
 
 
 def _scorers(ref, held, run=None):
@@ -212,17 +212,19 @@ class _Tokens(ReplayScorer):
         super().__init__(ref, model_id)
         self.gen = gen
 
-    def score(self, task_name, example_ids):
-        got = super().score(task_name, example_ids)
-        tokens = None if self.gen.random() < 0.03 else self.gen.integers(1, 50, size=len(example_ids))
-        return replace(got, n_tokens=tokens)
+    def score_many(self, asks):
+        out = []
+        for got in super().score_many(asks):
+            tokens = None if self.gen.random() < 0.03 else self.gen.integers(1, 50, size=len(got.scores))
+            out.append(replace(got, n_tokens=tokens))
+        return out
 
 
-def test_the_sweeps_running_totals_equal_a_recount_after_every_stage(world):
-    # the budget check keeps examples and tokens as running totals; recount them from scratch after every stage
+def test_the_sweeps_totals_equal_a_recount_of_what_the_scorers_returned_after_every_stage(world):
+    # the round planner's budget check starts from the totals spent so far: recount them from the scorers' answers
     from flasheval.placement.controller import Controller, course, score_request
     from flasheval.placement.looks import look_plan
-    from flasheval.sweeps.schedule import _Spent, _spent
+    from flasheval.sweeps.rounds import spent
 
     ref, pool, held = world
     plan = replace(load_tier_plan("default"), correction="pocock").for_pool(pool.n_models + 1)
@@ -230,15 +232,18 @@ def test_the_sweeps_running_totals_equal_a_recount_after_every_stage(world):
     gen = np.random.default_rng(4)
     state = [Controller(shared, model_id=m) for m in held[:6]]
     scorers = {m: _Tokens(ref, m, gen) for m in held[:6]}
-    spent = _Spent(state)
-    assert (spent.examples, spent.tokens) == _spent(state) == (0, None)
+    answers: dict[str, list] = {m: [] for m in held[:6]}
+    assert spent(state) == (0, None)
     for _ in range(40):
         c = state[int(gen.integers(len(state)))]
         request = c.next_stage()
         if request is None:
             continue
-        before = (c.n_examples, c.n_tokens)
-        c.take(request, score_request(scorers[c.model_id], pool.dataset_names, request))
-        spent.add(before, c)
-        assert (spent.examples, spent.tokens) == _spent(state)
+        got = score_request(scorers[c.model_id], pool.dataset_names, request)
+        answers[c.model_id] += [g for g in got if g is not None]
+        c.take(request, got)
+        scored = [a for a in answers.values() if a]
+        tokens = None if not scored or any(g.n_tokens is None for a in scored for g in a) else float(
+            sum(int(g.n_tokens.sum()) for a in scored for g in a))
+        assert spent(state) == (sum(len(g.scores) for a in answers.values() for g in a), tokens)
         assert [len(s) for s in c.joined()] == c.n  # joined once, kept in one piece, extended by later stages

@@ -177,6 +177,42 @@ def test_at_most_max_loaded_checkpoints_in_memory_same_records(tiny_models, buil
 
 
 @pytest.mark.slow
+def test_a_live_sweep_of_three_checkpoints_calls_each_model_once_per_look(tiny_models, built, tmp_path, monkeypatch):
+    # count the engine calls (score_requests: one batch-first pass over a list of requests) of each model; with at
+    # most one model in memory, the model a call runs is the one opened last
+    from flasheval.reference.scoring import scorers as scoring
+
+    options = LiveOptions(device="cpu")
+    setup = prepare_scoring(load_reference(built), options)
+    opened: list[str] = []
+    calls: dict[str, int] = {}
+    real = scoring.score_requests
+
+    def counting(backend, requests, **kwargs):
+        calls[opened[-1]] = calls.get(opened[-1], 0) + 1
+        return real(backend, requests, **kwargs)
+
+    def opener(model, store_dir):
+        opened.append(model.model_id)
+        return setup.open(model, store_dir, options=options)
+
+    monkeypatch.setattr(scoring, "score_requests", counting)
+    from flasheval.engine.specs import parse_named_models
+
+    models = parse_named_models([f"{m}=hf:{tiny_models[m]}" for m in ("m2", "m3", "m4")])
+    out = tmp_path / "sweep"
+    with open_run_folder(out, {"store_format": STORE_FORMAT}, [m.model_id for m in models]) as run, \
+            CheckpointPool(models, out, opener, max_loaded=1) as pool:
+        result = sweep(setup.reference, {m: run.scorer(m, live) for m, live in pool.scorers.items()},
+                       load_tier_plan(_escalating_plan(out)), budget=Budget(max_examples=90), seed=setup.seed, low_rank=4)
+    looks = {c.model_id: len(c.stages) for c in result.checkpoints}
+    assert len(looks) == 3 and max(looks.values()) > 1  # several looks: the pool switched models between rounds
+    assert calls == looks  # one call per look, with both tasks' requests (not one per task)
+    asked = {m: [a["task_name"] for a in pool.checkpoint_json(m)["asked"]] for m in looks}
+    assert all(set(a) == set(TASKS) for a in asked.values())
+
+
+@pytest.mark.slow
 def test_reference_build_and_live_sweep_on_two_processes_equal_one(tiny_models, built, tmp_path):
     root = built.parent.parent
     launch("-m flasheval", *_build_args(tiny_models, root, "tiny2"), timeout=400)

@@ -31,10 +31,11 @@ class _Counting:
     def __init__(self):
         self.asked = []
 
-    def score(self, task_name, example_ids):
-        self.asked.extend((task_name, e) for e in example_ids)
-        return ScoredExamples(scores=np.array([len(e) % 2 for e in example_ids], dtype=float),
-                              n_tokens=np.array([10 + len(e) for e in example_ids]))
+    def score_many(self, asks):
+        self.calls = getattr(self, "calls", 0) + 1
+        self.asked.extend((task_name, e) for task_name, example_ids in asks for e in example_ids)
+        return [ScoredExamples(scores=np.array([len(e) % 2 for e in example_ids], dtype=float),
+                               n_tokens=np.array([10 + len(e) for e in example_ids])) for _, example_ids in asks]
 
 
 def _store(folder):
@@ -49,6 +50,17 @@ def test_stored_scorer_asks_the_model_only_for_missing_examples_across_a_reload(
     assert inner.asked == [("t", "a"), ("t", "bb"), ("t", "ccc")] and resumed.n_computed == 1
     np.testing.assert_array_equal(second.scores[:2], first.scores)
     assert second.n_tokens.tolist() == [11, 12, 13]
+
+
+def test_stored_scorer_asks_the_model_once_for_the_missing_examples_of_every_task(tmp_path):
+    inner = _Counting()
+    scorer = StoredScorer(inner, _store(tmp_path))
+    scorer.score("t", ["a"])
+    got = scorer.score_many([("t", ["a", "bb"]), ("u", ["a"]), ("t2", [])])
+    assert inner.calls == 2 and inner.asked == [("t", "a"), ("t", "bb"), ("u", "a")]  # one call for both tasks
+    assert [g.scores.tolist() for g in got] == [[1.0, 0.0], [1.0], []] and scorer.n_computed == 3
+    scorer.score_many([("t", ["bb"]), ("u", ["a"])])
+    assert inner.calls == 2  # all stored: the model is not asked
 
 
 def test_a_torn_last_line_is_cut_and_a_corrupt_line_skipped_then_recomputed(tmp_path, caplog):

@@ -23,9 +23,9 @@ PER_EXAMPLE_S = 0.004
 class SlowScorer(ReplayScorer):
     """Recorded scores, served at a steady ``PER_EXAMPLE_S`` per example (a model's forward passes, in miniature)."""
 
-    def score(self, task_name, example_ids):
-        time.sleep(PER_EXAMPLE_S * len(example_ids))
-        return super().score(task_name, example_ids)
+    def score_many(self, asks):
+        time.sleep(PER_EXAMPLE_S * sum(len(ids) for _, ids in asks))
+        return super().score_many(asks)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from flasheval.errors import BackendError, InputError
 from flasheval.lmeval.model import OnlyDocsLM
 from flasheval.lmeval.settings import LmEvalSettings, prompt_hashes
 from flasheval.lmeval.tasks import example_scores, make_task_manager, run_tasks
-from flasheval.reference.scoring.scorers import ScoredExamples
+from flasheval.reference.scoring.scorers import OneTask, ScoredExamples
 
 __all__ = ["LmEvalScorer", "doc_tokens"]
 
@@ -53,7 +53,7 @@ def doc_tokens(task_name: str, wanted: Sequence[int], counts: Mapping[tuple[str,
                        f"asked ({sorted(own)[:5]}...): cannot tell each doc's tokens")
 
 
-class LmEvalScorer:
+class LmEvalScorer(OneTask):
     """Scores docs of lm-eval tasks for one model, as the reference's models were scored.
 
     Parameters
@@ -84,8 +84,15 @@ class LmEvalScorer:
         self.requests: list[tuple[str, tuple[str, ...]]] = []
         self.scored: list[tuple[str, str, float, int]] = []
 
-    def score(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
-        """The reference metric of each doc of ``example_ids`` (same order), scored now."""
+    def score_many(self, asks: Sequence[tuple[str, Sequence[str]]]) -> list[ScoredExamples]:
+        """The reference metric of each doc of each ``(task_name, example_ids)`` of ``asks`` (same order), scored now.
+
+        One lm-eval run per task: a task's few-shot count and seed are settings of the whole run
+        (``simple_evaluate``), so tasks are not merged into one run.
+        """
+        return [self._score_task(task_name, example_ids) for task_name, example_ids in asks]
+
+    def _score_task(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
         task = self._settings.tasks.get(task_name)
         if task is None:
             raise InputError(f"task {task_name!r} has no lm-eval settings", field="task_name",

@@ -1,6 +1,6 @@
 """Replay scorer: serve a model's recorded per-example scores from a reference leaderboard.
 
-``ReplayScorer(reference, model_id)`` answers :meth:`score` from the reference's score matrix
+``ReplayScorer(reference, model_id)`` answers ``score_many`` (and ``score``) from the reference's score matrix
 (and token counts, when the reference has them). Used to place a model that is held out of
 the reference (``flasheval place`` by default, and every leave-one-out placement of the
 backtest) without running it. It also records every request, so tests can check the
@@ -18,14 +18,14 @@ import numpy as np
 
 from flasheval.evaluation.example_records import ExampleRecord
 from flasheval.errors import InputError, UnknownNameError
-from flasheval.reference.scoring.scorers import ScoredExamples
+from flasheval.reference.scoring.scorers import OneTask, ScoredExamples
 from flasheval.reference.leaderboard import ReferenceLeaderboard, load_reference, reference_folder
 from flasheval.stats.sampling import example_order, nested_prefix
 
 __all__ = ["ReplayScorer", "replay_records"]
 
 
-class ReplayScorer:
+class ReplayScorer(OneTask):
     """Per-example scores of ``model_id`` replayed from ``reference``.
 
     Parameters
@@ -46,7 +46,11 @@ class ReplayScorer:
         self.requests: list[tuple[str, tuple[str, ...]]] = []
         """Every ``(task_name, example_ids)`` asked for, in order."""
 
-    def score(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
+    def score_many(self, asks: Sequence[tuple[str, Sequence[str]]]) -> list[ScoredExamples]:
+        """The recorded scores (and token counts) of each ``(task_name, example_ids)`` of ``asks``, in order."""
+        return [self._replay(task_name, example_ids) for task_name, example_ids in asks]
+
+    def _replay(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
         if task_name not in self._rows:
             raise UnknownNameError("task", task_name, self._rows)
         pos = self._positions[task_name]

@@ -1,10 +1,13 @@
 """The contract between the placement controller and whatever produces per-example scores.
 
-The controller asks for the scores of a batch of example ids of one task, only ever ids it has
-not asked for before, in the nested order of :func:`flasheval.stats.sampling.example_order`. A replay
-scorer (:class:`flasheval.reference.scoring.replay.ReplayScorer`) serves recorded scores; a live scorer
-(:class:`LiveScorer`, here) runs a model now. Both implement :class:`ExampleScorer`; a
-:class:`~flasheval.sweeps.store.StoredScorer` puts a sweep checkpoint's results store in front of either.
+The controller asks for the scores of a look: a batch of example ids of each task, only ever ids it
+has not asked for before, in the nested order of :func:`flasheval.stats.sampling.example_order`, all in
+ONE :meth:`ExampleScorer.score_many` call (the one required method: a model runs a look's requests
+batch-first, as a full run does). A replay scorer (:class:`flasheval.reference.scoring.replay.ReplayScorer`)
+serves recorded scores; a live scorer (:class:`LiveScorer`, here) runs a model now. Both implement
+:class:`ExampleScorer`; a :class:`~flasheval.sweeps.store.StoredScorer` puts a sweep checkpoint's results
+store in front of either. :class:`OneTask` gives a scorer the one-task convenience ``score``, defined once
+over ``score_many``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from flasheval.evaluation.evaluate import ExampleOutcome, build_example_requests
 from flasheval.errors import InputError
 from flasheval.tasks import LiveTask
 
-__all__ = ["ScoredExamples", "ExampleScorer", "LiveScorer"]
+__all__ = ["ScoredExamples", "ExampleScorer", "OneTask", "LiveScorer"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,17 +49,30 @@ class ScoredExamples:
 
 @runtime_checkable
 class ExampleScorer(Protocol):
-    """Anything that scores examples of a task for one model."""
+    """Anything that scores examples of several tasks for one model: ``score_many`` is its one required method."""
 
     n_parameters: int | None
     """Model parameters, for the FLOPs estimate (``None`` when unknown)."""
 
-    def score(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
-        """Scores of ``example_ids`` of ``task_name`` (same order)."""
+    def score_many(self, asks: Sequence[tuple[str, Sequence[str]]]) -> list[ScoredExamples]:
+        """Scores of each ``(task_name, example_ids)`` of ``asks`` (one per ask, same order; ids in their order).
+
+        One call is one look of one model: a scorer that runs a model sends every ask to it together.
+        """
         ...
 
 
-class LiveScorer:
+class OneTask:
+    """Mixin: the one-task convenience ``score``, defined once in terms of ``score_many``."""
+
+    __slots__ = ()
+
+    def score(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
+        """Scores of ``example_ids`` of ``task_name`` (same order): ``score_many`` with one ask."""
+        return self.score_many([(task_name, example_ids)])[0]  # type: ignore[attr-defined,no-any-return]
+
+
+class LiveScorer(OneTask):
     """The placement controller's scorer for a model that runs now.
 
     Parameters
@@ -89,10 +105,6 @@ class LiveScorer:
         self.n_parameters = n_parameters
         self.requests: list[tuple[str, tuple[str, ...]]] = []
         self.outcomes: list[ExampleOutcome] = []
-
-    def score(self, task_name: str, example_ids: Sequence[str]) -> ScoredExamples:
-        """Scores and token counts of ``example_ids`` of ``task_name`` (same order)."""
-        return self.score_many([(task_name, example_ids)])[0]
 
     def score_many(self, asks: Sequence[tuple[str, Sequence[str]]]) -> list[ScoredExamples]:
         """Scores of several tasks' examples (``(task_name, example_ids)`` each), in the order asked.
