@@ -92,33 +92,22 @@ class Reporter:
 
 
 def watch_load(report: Reporter, backend: Any, model_id: str) -> None:
-    """Report a ``load`` step when ``backend``'s weights load (a backend opened without them, see
-    :class:`~flasheval.engine.hf.deferred.DeferredBackend`); a model already in memory reports nothing."""
-    from flasheval.engine.hf.deferred import DeferredBackend
+    """Report a ``load`` step when ``backend``'s weights load (:meth:`~flasheval.engine.base.Backend.notify_load`:
+    a spec's model opened without them loads on the first request not stored); a model already in memory loads
+    nothing later and reports nothing."""
+    backend.notify_load(lambda seconds: report("load", f"loaded the weights of {model_id} in {seconds:.1f} s",
+                                               seconds=seconds))
 
-    if isinstance(backend, DeferredBackend):
-        backend.on_load = lambda seconds: report("load", f"loaded the weights of {model_id} in {seconds:.1f} s",
-                                                 seconds=seconds)
 
 def load_windows(backend: Any) -> list[tuple[float, float]]:
-    """The ``(start, end)`` (``time.perf_counter``) of each weights load of ``backend``, filled in as they happen.
-
-    A backend opened without its weights (:class:`~flasheval.engine.hf.deferred.DeferredBackend`) calls its
-    ``on_load(seconds)`` hook as the load ends; the hook already set (:func:`watch_load`'s report) is kept and
-    called after. A model already in memory loads nothing later: the list stays empty.
-    """
-    from flasheval.engine.hf.deferred import DeferredBackend
-
+    """The ``(start, end)`` (``time.perf_counter``) of each weights load of ``backend``, filled in as they happen
+    (:meth:`~flasheval.engine.base.Backend.notify_load`); a model already in memory loads nothing later: the list
+    stays empty."""
     windows: list[tuple[float, float]] = []
-    if not isinstance(backend, DeferredBackend):
-        return windows
-    before = backend.on_load
 
     def on_load(seconds: float) -> None:
         end = time.perf_counter()
         windows.append((end - seconds, end))
-        if before is not None:
-            before(seconds)
 
-    backend.on_load = on_load
+    backend.notify_load(on_load)
     return windows

@@ -8,17 +8,25 @@ store finished work durably before the whole call returns.
 
 The contract is the methods of :class:`Backend` plus ONE value, :class:`BackendInfo`: what a
 backend reports about itself (prefix space, batch size, whether its weights are loaded, load and
-forward seconds, parameter count, dtype, device). Every backend states each of them, so no caller
+forward seconds, parameter count, dtype, device, maximum length, the spec it was opened from).
+Every backend states each of them, so no caller
 guesses a default for a backend that does not say (a prefix space silently assumed would change the
 prompts). Wrappers (the results store's :class:`~flasheval.engine.store.results.CachedBackend`, the
 data-parallel runner, lm-eval's conventions) report the info of the backend they wrap.
+
+What a caller needs of a backend beyond scoring is a method of the contract, never found by walking
+wrappers or testing classes: :meth:`Backend.notify_load` (a callback when weights load, for progress),
+:meth:`Backend.lockstep` (every forward pass matched across processes when the forward is itself collective),
+and, for callers that tokenize by another harness's rules, :class:`TokenBackend` (the tokenizer and scoring of
+token ids; the maximum length is :attr:`BackendInfo.max_length`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from flasheval.types import (
     GenerationRequest,
@@ -30,7 +38,8 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["Backend", "BackendInfo", "OnResults", "SCORING_VERSION", "Wrapper", "example_units"]
+__all__ = ["Backend", "BackendInfo", "OnResults", "OnLoad", "Collective", "SCORING_VERSION", "TokenBackend", "Wrapper",
+           "example_units"]
 
 SCORING_VERSION = "5"
 """Version of the scoring conventions (tokenization, truncation, windows). Part of every model
@@ -45,6 +54,13 @@ fingerprint: bump it when a change alters any log-likelihood, so stored results 
 
 OnResults = Callable[[Sequence[tuple[int, Result]]], None]
 """Callback receiving ``(index into the request list, result)`` pairs as a batch finishes."""
+
+OnLoad = Callable[[float], None]
+"""Callback receiving the wall seconds a load of the weights took, as it ends."""
+
+Collective = Callable[[str], AbstractContextManager[None]]
+"""``collective(what)``: a block around one collective call that names it in one line when it fails
+(:func:`~flasheval.engine.coordination.distributed.collective`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,10 +105,18 @@ class BackendInfo:
     """The key this model's results had before the fingerprint covered the run settings (device type,
     attention, library versions, padding): a store written then is adopted under :attr:`Backend.fingerprint`
     once (:mod:`flasheval.engine.store.adoption`). ``None``: nothing to adopt."""
+    max_length: int | None = None
+    """Most tokens one scored sequence may hold (longer inputs lose context tokens from the left); ``None``:
+    the backend states no limit."""
+    source: str | None = None
+    """The spec the model was opened from (``hf:PATH_OR_ID``, ``gguf:FILE``): records name a backend passed as a
+    model by it, as they name its spec. ``None``: not opened from a spec (a model held in memory)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {self.max_length}")
         if self.load_seconds < 0 or self.forward_seconds < 0 or self.forward_tokens < 0:
             raise ValueError("seconds and token counts must be >= 0")
         if self.n_parameters is not None and self.n_parameters < 0:
@@ -129,6 +153,18 @@ class Backend(Protocol):
         that loaded none of its own (a model the caller holds stays where it is)."""
         ...
 
+    def notify_load(self, callback: OnLoad) -> None:
+        """Call ``callback(seconds)`` each time this backend's weights finish loading (callbacks added earlier are
+        kept and called first); a no-op for a backend that loads nothing later (a model handed over loaded)."""
+        ...
+
+    def lockstep(self, collective: Collective) -> AbstractContextManager[None]:
+        """A block within which every forward pass of this backend on this process is matched on every other
+        process of the default group, when its forward is itself collective (a sharded model: FSDP, DeepSpeed
+        ZeRO-3; :mod:`flasheval.engine.coordination.lockstep`); a null context for a backend whose passes are not.
+        Every process enters the block together (the data-parallel runner's rounds do)."""
+        ...
+
     def loglikelihood(
         self, requests: Sequence[LoglikelihoodRequest], *, on_results: OnResults | None = None
     ) -> list[LoglikelihoodResult]:
@@ -145,6 +181,27 @@ class Backend(Protocol):
         self, requests: Sequence[RollingLoglikelihoodRequest], *, on_results: OnResults | None = None
     ) -> list[RollingLoglikelihoodResult]:
         """Log-likelihood of whole texts, scored in windows of the model's context length."""
+        ...
+
+
+@runtime_checkable
+class TokenBackend(Backend, Protocol):
+    """A backend that also scores token ids, for callers that tokenize by another harness's rules (lm-eval's
+    conventions, :class:`~flasheval.lmeval.conventions.LmEvalConventionBackend`); its sequences hold at most
+    :attr:`BackendInfo.max_length` tokens."""
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (a ``transformers`` tokenizer)."""
+        ...
+
+    def plan_token_batches(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[tuple[int, ...]]:
+        """Indices of each forward batch :meth:`loglikelihood_tokens` would run on these pairs, in order."""
+        ...
+
+    def loglikelihood_tokens(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *,
+                             on_results: OnResults | None = None) -> list[tuple[float, bool]]:
+        """``(log-likelihood sum, greedy)`` of each ``(context ids, continuation ids)`` pair."""
         ...
 
 
@@ -172,6 +229,14 @@ class Wrapper:
     def release(self) -> None:
         """Free the wrapped backend's weights."""
         self._backend.release()
+
+    def notify_load(self, callback: OnLoad) -> None:
+        """Called when the wrapped backend's weights load."""
+        self._backend.notify_load(callback)
+
+    def lockstep(self, collective: Collective) -> AbstractContextManager[None]:
+        """The wrapped backend's lockstep."""
+        return self._backend.lockstep(collective)
 
 
 def example_units(requests: Sequence[LoglikelihoodRequest | GenerationRequest | RollingLoglikelihoodRequest],

@@ -44,27 +44,29 @@ class SpecKind:
     """The target is one local file: its stem names the model, and a missing file is refused before any load."""
 
 
-def _hf(source: str, where: dict[str, Any], *, deferred: bool, batch_size: int | None = None,
+def _hf(spec: str, source: str, where: dict[str, Any], *, deferred: bool, batch_size: int | None = None,
         share_context: bool = True, **options: Any) -> Backend:
-    """A Hugging Face model: planned (config, tokenizer, fingerprint), then loaded now or on first use."""
+    """A Hugging Face model: planned (config, tokenizer, fingerprint), then loaded now or on first use; its
+    :class:`~flasheval.engine.base.BackendInfo` names ``spec``."""
     from flasheval.engine.hf.deferred import DeferredBackend
     from flasheval.engine.hf.loading import load_planned, plan_hf_load
 
     plan = plan_hf_load(source, **where, **options)
     if deferred:
-        return DeferredBackend(plan, batch_size=batch_size, share_context=share_context)
-    return load_planned(plan, batch_size=batch_size, share_context=share_context)
+        return DeferredBackend(plan, batch_size=batch_size, share_context=share_context, source=spec)
+    return load_planned(plan, batch_size=batch_size, share_context=share_context, source=spec)
 
 
 def _open_hf(target: str, *, revision: str | None, deferred: bool, **options: Any) -> Backend:
     """``hf:PATH_OR_ID[@REVISION]``: a local folder with ``config.json`` or a hub id."""
-    return _hf(target, {"revision": revision}, deferred=deferred, **options)
+    spec = f"hf:{target}" + ("" if revision is None else f"@{revision}")
+    return _hf(spec, target, {"revision": revision}, deferred=deferred, **options)
 
 
 def _open_gguf(target: str, *, revision: str | None, deferred: bool, **options: Any) -> Backend:
     """``gguf:FILE``: a local GGUF file, dequantized by transformers (its tokenizer from the same file)."""
     path = Path(target).expanduser()
-    return _hf(str(path.parent), {"gguf_file": path.name}, deferred=deferred, **options)
+    return _hf(f"gguf:{target}", str(path.parent), {"gguf_file": path.name}, deferred=deferred, **options)
 
 
 BACKENDS: Mapping[str, SpecKind] = MappingProxyType({

@@ -30,10 +30,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from flasheval.engine.base import BackendInfo, OnResults
+from flasheval.engine.base import BackendInfo, Collective, OnLoad, OnResults, TokenBackend
 from flasheval.engine.specs import ModelSpec
 from flasheval.errors import BackendError
 from flasheval.hashing import stable_hash
@@ -140,15 +141,17 @@ class LmEvalConventionBackend:
     Parameters
     ----------
     backend
-        A loaded :class:`~flasheval.engine.hf.backend.HFBackend` whose ``max_length`` is at least
-        ``max_length + 1`` (so it never truncates what lm-eval would keep).
+        A :class:`~flasheval.engine.base.TokenBackend` (the Hugging Face backend, loaded or deferred) whose
+        :attr:`~flasheval.engine.base.BackendInfo.max_length` is at least ``max_length + 1`` (so it never truncates
+        what lm-eval would keep; a backend that states no limit truncates nothing).
     max_length
         lm-eval's maximum input length (:func:`resolve_lmeval_max_length`).
     """
 
-    def __init__(self, backend: Any, *, max_length: int) -> None:
-        if backend.max_length < max_length + 1:
-            raise ValueError(f"the backend keeps {backend.max_length} tokens; lm-eval's rules need {max_length + 1}")
+    def __init__(self, backend: TokenBackend, *, max_length: int) -> None:
+        keeps = backend.info.max_length
+        if keeps is not None and keeps < max_length + 1:
+            raise ValueError(f"the backend keeps {keeps} tokens; lm-eval's rules need {max_length + 1}")
         self._backend = backend
         self._tokenizer = backend.tokenizer
         self.max_length = max_length
@@ -178,6 +181,14 @@ class LmEvalConventionBackend:
     def release(self) -> None:
         """Free the wrapped backend's weights."""
         self._backend.release()
+
+    def notify_load(self, callback: OnLoad) -> None:
+        """Called when the wrapped backend's weights load."""
+        self._backend.notify_load(callback)
+
+    def lockstep(self, collective: Collective) -> AbstractContextManager[None]:
+        """The wrapped backend's lockstep."""
+        return self._backend.lockstep(collective)
 
     def tok_encode(self, text: str, *, add_special_tokens: bool | None = None) -> list[int]:
         """``HFLM.tok_encode`` with ``add_bos_token`` unset."""

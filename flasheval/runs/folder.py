@@ -55,19 +55,19 @@ class RunCheckpoint:
     """One checkpoint of a run as its ``place`` record holds it."""
 
     step: int
-    model: str
+    model_id: str
     """The model id placed (in-memory: the identity, ``RUN/step-N``; a spec: its name)."""
     rank: int | None
     interval: tuple[int, int]
-    level: float
+    confidence_level: float
     """Confidence level of the interval (the run's plan, split over the run when ``simultaneous``)."""
     tier: str | None
     status: str
     """``resolved`` or ``unresolved at budget``."""
-    examples: int
+    n_examples: int
     full_examples: int
     """Examples of a full run of the reference's datasets."""
-    tokens: int | None
+    n_tokens: int | None
     full_tokens: float | None
     seconds: float | None
     """Wall seconds of the placement's own work (``None`` for a replayed model); the process's one-time start-up
@@ -97,7 +97,7 @@ class RunHistory:
     aggregate, missing, simultaneous)."""
     checkpoints: tuple[RunCheckpoint, ...]
     """Sorted by step."""
-    level: float = 0.95
+    confidence_level: float = 0.95
     """Each checkpoint's confidence level."""
     simultaneous: int | None = None
     """The planned number of checkpoints the run's level is split over (``None``: per-checkpoint coverage)."""
@@ -237,12 +237,12 @@ def _checkpoint(step: int, path: Path) -> RunCheckpoint:
     elif isinstance(live, Mapping) and "seconds" in live:
         seconds = _field(p, "live.seconds", (float, int), path, optional=True)
     return RunCheckpoint(
-        step=step, model=_field(p, "model_id", (str,), path), rank=_field(p, "rank", (int,), path, optional=True),
-        interval=(interval[0], interval[1]), level=float(_field(p, "confidence_level", (float, int), path)),
+        step=step, model_id=_field(p, "model_id", (str,), path), rank=_field(p, "rank", (int,), path, optional=True),
+        interval=(interval[0], interval[1]), confidence_level=float(_field(p, "confidence_level", (float, int), path)),
         tier=_field(p, "tier", (str,), path, optional=True), status=_field(p, "status", (str,), path),
-        examples=_field(p, "compute.n_examples", (int,), path),
+        n_examples=_field(p, "compute.n_examples", (int,), path),
         full_examples=_field(p, "compute.full_examples", (int,), path),
-        tokens=_field(p, "compute.n_tokens", (int,), path, optional=True),
+        n_tokens=_field(p, "compute.n_tokens", (int,), path, optional=True),
         full_tokens=_field(p, "compute.full_tokens", (float, int), path, optional=True),
         seconds=None if seconds is None else float(seconds), record_path=path,
         fingerprint=live.get("fingerprint") if isinstance(live, Mapping) else None,
@@ -273,6 +273,6 @@ def read_run(run: str | os.PathLike[str]) -> RunHistory:
     return RunHistory(path=folder, name=saved["name"], reference=settings["reference"], plan=settings["plan"],
                       settings=MappingProxyType(dict(settings)), checkpoints=tuple(sorted(checkpoints,
                                                                                            key=lambda c: c.step)),
-                      level=float(settings["confidence_level"]), simultaneous=settings.get("simultaneous"),
+                      confidence_level=float(settings["confidence_level"]), simultaneous=settings.get("simultaneous"),
                       tiers=tuple(Tier(first=t["first"], last=t.get("last"), resolution=t["resolution"])
                                   for t in saved["tiers"]))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from flasheval.engine.coordination.lockstep import is_sharded
+from flasheval.engine.hf.in_memory import is_sharded
 from tests.conftest import REPO_ROOT
 from tests.engine.test_distributed import _free_port
 

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from flasheval.api.progress import load_windows
+from flasheval.engine.hf.backend import HFBackend
 from flasheval.engine.hf.deferred import DeferredBackend
 from flasheval.placement.import_clock import ImportClock, current_clock, timing_imports
 
@@ -71,12 +72,15 @@ def test_a_decorated_call_reads_its_own_clock_and_the_weights_load_windows_are_r
     assert call() >= 0.2 and current_clock().seconds == 0.0  # outside any call: a clock reading 0
     reported = []
 
-    backend = DeferredBackend.__new__(DeferredBackend)  # its hook, called with the load's seconds as it ends
-    backend.on_load = reported.append
+    backend = DeferredBackend.__new__(DeferredBackend)  # its callbacks, called with the load's seconds as it ends
+    backend._on_load = []
+    backend.notify_load(reported.append)
     windows = load_windows(backend)
-    backend.on_load(1.5)
+    for callback in backend._on_load:  # what its load does as it ends
+        callback(1.5)
     assert reported == [1.5] and len(windows) == 1 and windows[0][1] - windows[0][0] == pytest.approx(1.5)
-    assert load_windows(object()) == []  # a model in memory: nothing loads later
+    in_memory = HFBackend.__new__(HFBackend)
+    assert load_windows(in_memory) == []  # a model in memory: nothing loads later
 
 
 def test_the_module_examples_hold():

@@ -16,9 +16,10 @@ processes), chunks of whole examples for generation and rolling log-likelihoods.
 after each round every process contributes ``(request id, result)`` pairs to ``all_gather_object`` and the
 pairs are matched back to requests by id (never by position), duplicates dropped. ``on_results`` then sees
 every finished pair on every process; a caching wrapper on top stores them, and only the main process's store
-writes. A model whose forward is itself collective (FSDP, DeepSpeed ZeRO-3: :func:`~flasheval.engine.coordination.lockstep.is_sharded`)
-runs in lockstep: every process joins every forward pass, one that ran out of work joins with a dummy pass
-(:mod:`flasheval.engine.coordination.lockstep`).
+writes. A model whose forward is itself collective (FSDP, DeepSpeed ZeRO-3:
+:func:`~flasheval.engine.hf.in_memory.is_sharded`) runs in lockstep, as its backend says
+(:meth:`~flasheval.engine.base.Backend.lockstep`): every process joins every forward pass, one that ran out of
+work joins with a dummy pass (:mod:`flasheval.engine.coordination.lockstep`).
 
 Processes need not share a filesystem: the main process's store is the one view every process plans from
 (:meth:`DistributedBackend.from_main` broadcasts what it holds), and every result computed anywhere reaches the
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -266,24 +267,14 @@ class DistributedBackend(Wrapper):
         super().__init__(backend)
         self._state = state
         self._progress = progress
-        self._sharded: tuple[Any] | None = None
 
-    def _sharded_model(self) -> Any:
-        """The in-memory model under this runner when its forward is collective (FSDP, ZeRO-3), else ``None``;
-        looked up once, under several processes only (a spec's model is never sharded, and is not loaded here)."""
-        if self._sharded is None:
-            model = None
-            if self._state is not None and self._state.num_processes > 1:
-                from flasheval.engine.hf.backend import HFBackend
-                from flasheval.engine.coordination.lockstep import is_sharded
-
-                inner: Any = self._backend
-                while not isinstance(inner, HFBackend) and hasattr(inner, "_backend"):
-                    inner = inner._backend
-                if isinstance(inner, HFBackend) and is_sharded(inner.model):
-                    model = inner.model
-            self._sharded = (model,)
-        return self._sharded[0]
+    def _lockstep(self) -> AbstractContextManager[None]:
+        """The wrapped backend's lockstep (:meth:`~flasheval.engine.base.Backend.lockstep`: a sharded model's passes
+        matched on every process) under several processes; nothing under one."""
+        state = self._state
+        if state is None or state.num_processes == 1:
+            return nullcontext()
+        return self._backend.lockstep(lambda what: collective(state, what))
 
     @property
     def state(self) -> Any:
@@ -359,7 +350,7 @@ class DistributedBackend(Wrapper):
                 if bar is not None:
                     bar.update(n)
 
-            with lockstep(self._sharded_model(), state):  # a sharded model: every process in every pass
+            with self._lockstep():  # a sharded model: every process in every pass
                 local = method([requests[i] for i in mine], on_results=batch_done) if mine else []
             if world > 1:
                 gathered = _gather(state, [(request_id(result), result) for result in local], f"{what} scoring")
@@ -385,12 +376,3 @@ def _gather(state: Any, pairs: list[Any], what: str) -> list[Any]:
     with collective(state, what):
         dist.all_gather_object(out, pairs)
     return [pair for part in out for pair in part]
-
-
-def lockstep(model: Any, state: Any) -> Any:
-    """:func:`flasheval.engine.coordination.lockstep.lockstep` for a sharded model, else nothing."""
-    if model is None or state is None or state.num_processes == 1:
-        return nullcontext()
-    from flasheval.engine.coordination.lockstep import lockstep as run_in_lockstep
-
-    return run_in_lockstep(model, lambda what: collective(state, what))

@@ -11,52 +11,32 @@ and out-of-memory back-offs thus stay matched pass for pass. An out-of-memory er
 itself cannot be retried (the others are inside the same pass's collectives): it ends the call, and the
 group's timeout ends the others, as it would in training.
 
-:func:`is_sharded` detects the wrappers: torch FSDP1 (``FullyShardedDataParallel``), FSDP2 (``FSDPModule``,
-``fully_shard``) and DeepSpeed ZeRO-3 (parameters with ``ds_id``); torch is imported only when asked.
+:func:`~flasheval.engine.hf.in_memory.is_sharded` (the one test) detects the wrappers: torch FSDP1
+(``FullyShardedDataParallel``), FSDP2 (``FSDPModule``, ``fully_shard``, ``DTensor`` parameters) and DeepSpeed
+ZeRO-3 (parameters with ``ds_id``). A backend decides whether its passes run in lockstep
+(:meth:`~flasheval.engine.base.Backend.lockstep`: the Hugging Face backend calls :func:`lockstep_if_sharded`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-__all__ = ["is_sharded", "lockstep"]
+from flasheval.engine.base import Collective
+from flasheval.engine.hf.in_memory import is_sharded
+
+__all__ = ["lockstep", "lockstep_if_sharded"]
 
 
-def is_sharded(model: Any) -> bool:
-    """Whether ``model``'s forward is collective: an FSDP1 / FSDP2 module in it, or DeepSpeed ZeRO-3 parameters.
-
-    Examples
-    --------
-    >>> import torch
-    >>> is_sharded(torch.nn.Linear(2, 2))
-    False
-    """
-    import torch
-
-    kinds: list[type] = []
-    try:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        kinds.append(FullyShardedDataParallel)
-    except ImportError:  # pragma: no cover - a torch built without distributed support
-        pass
-    try:
-        from torch.distributed.fsdp import FSDPModule
-
-        kinds.append(FSDPModule)
-    except ImportError:  # pragma: no cover - torch before FSDP2
-        pass
-    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
-    if any(isinstance(m, tuple(kinds)) for m in modules):
-        return True
-    parameters = model.parameters() if callable(getattr(model, "parameters", None)) else ()
-    return any(hasattr(p, "ds_id") for p in parameters)
+def lockstep_if_sharded(model: Any, collective: Collective) -> AbstractContextManager[None]:
+    """:func:`lockstep` when ``model``'s forward is collective (:func:`~flasheval.engine.hf.in_memory.is_sharded`),
+    else a null context (a model whose passes are its own needs no matching)."""
+    return lockstep(model, collective) if is_sharded(model) else nullcontext()
 
 
 @contextmanager
-def lockstep(model: Any, collective: Callable[[str], AbstractContextManager[None]]) -> Iterator[None]:
+def lockstep(model: Any, collective: Collective) -> Iterator[None]:
     """Within the block, every forward pass of ``model`` on this process is matched on every other process.
 
     Every process of the default group must enter the block together (the runner's rounds do). ``collective``

@@ -1,32 +1,25 @@
 """Hugging Face causal-LM backend: :class:`HFBackend`, the batch-first API over a loaded model.
 
-Its parts, one job each: :mod:`~flasheval.engine.planning` (requests -> items -> groups ->
-batches, pure Python), :mod:`~flasheval.engine.hf.backoff` (the out-of-memory back-off),
-:mod:`~flasheval.engine.hf.forward` (the scoring forward pass), :mod:`~flasheval.engine.hf.generation`
-(greedy generation) and :mod:`~flasheval.engine.hf.loading` (loading a model). torch and
-transformers are imported lazily, in those modules, never when this one is imported.
+Its parts, one job each: :mod:`~flasheval.engine.planning` (requests -> items -> groups -> batches, pure Python),
+:mod:`~flasheval.engine.hf.backoff` (the out-of-memory back-off), :mod:`~flasheval.engine.hf.forward` (the forward
+pass), :mod:`~flasheval.engine.hf.generation` (greedy generation) and :mod:`~flasheval.engine.hf.loading` (loading).
+torch and transformers are imported lazily, in those modules, never when this one is imported.
 
-Scoring conventions (documented in ``docs/engine.md``):
+Scoring conventions (in full: ``docs/engine.md``, "Scoring conventions"):
 
-* The context and the continuation are tokenized separately and concatenated: the context
-  with the tokenizer's default special tokens (a BOS only if the tokenizer adds one by
-  default), the continuation with ``add_special_tokens=False``. An empty context becomes
-  the BOS token (or EOS when there is none), so the first continuation token has a context.
-* Too-long inputs lose context tokens from the LEFT; a continuation is never truncated.
-  All choices of one context share one truncation (the longest choice decides it).
-* Shared context: requests with the same context form a group. The context minus its last
-  token runs once (building the KV cache); the cache is then expanded over the group's
-  choices and each choice runs as ``[last context token] + continuation``. Logits are thus
-  computed only at positions that predict continuation tokens.
-* Contexts are LEFT-padded, so every row's prefix ends at the same column and distances
-  between real tokens equal distances in the padded tensor: sliding-window masks and caches
-  (Mistral, Gemma-2/3, Qwen2, Phi-3) are exact for every row; positions are passed explicitly.
-  Families outside :data:`SHARED_CONTEXT_FAMILIES` (recurrent, chunked or otherwise untested
-  attention) are scored exactly instead: one unpadded forward pass per request.
-* Batches are formed longest first, so an out-of-memory error shows on the first batch, and
-  packed under a row limit and a token budget (rows x padded length). On OOM the batch is
-  halved (down to one request) and the smaller limits are kept for the rest of the run;
-  generation backs off the same way.
+* The context (the tokenizer's default special tokens) and the continuation (``add_special_tokens=False``)
+  are tokenized separately and concatenated; an empty context becomes the BOS token (or EOS when there is none).
+* Too-long inputs lose context tokens from the LEFT; a continuation is never truncated. All choices of
+  one context share one truncation (the longest choice decides it).
+* Shared context: requests with the same context form a group. The context minus its last token runs once
+  (building the KV cache), expanded over the group's choices; each choice runs as ``[last context token] +
+  continuation``, so logits are computed only at positions that predict continuation tokens.
+* Contexts are LEFT-padded, so distances between real tokens equal distances in the padded tensor:
+  sliding-window masks and caches are exact for every row; positions are passed explicitly. Families outside
+  :data:`SHARED_CONTEXT_FAMILIES` are scored exactly instead: one unpadded forward pass per request.
+* Batches are formed longest first (an out-of-memory error shows on the first batch) under a row limit and
+  a token budget (rows x padded length). On OOM the batch is halved (down to one request) and the smaller
+  limits are kept for the rest of the run; generation backs off the same way.
 """
 
 from __future__ import annotations
@@ -34,10 +27,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from flasheval.engine.hf.backoff import Limits, run_with_backoff
-from flasheval.engine.base import BackendInfo, OnResults
+from flasheval.engine.base import BackendInfo, Collective, OnLoad, OnResults
 from flasheval.engine.batching import ModelShape, auto_limits, default_token_budget, pass_overhead
 from flasheval.engine.hf.forward import Scored, forward_shared, forward_unpadded, pass_settings
 from flasheval.engine.hf.generation import generate_batch, generation_batches
@@ -103,6 +97,8 @@ class HFBackend:
         sums do not depend on its companions (:func:`~flasheval.engine.hf.forward.padded_width`); 1 pads
         to the longest row only. CPU attention on 512 keys or more blocks them by 512: 512 makes those
         batch-invariant too, at the cost of the padding.
+    previous_fingerprint, source
+        :class:`~flasheval.engine.base.BackendInfo`'s: the key to adopt, the spec the model was opened from.
 
     Attributes
     ----------
@@ -126,6 +122,7 @@ class HFBackend:
         max_batch_tokens: int | None = None,
         pad_multiple: int = 16,
         previous_fingerprint: str | None = None,
+        source: str | None = None,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -136,7 +133,7 @@ class HFBackend:
         self._model = model
         self._tokenizer = tokenizer
         self._fingerprint = fingerprint
-        self._previous_fingerprint = previous_fingerprint
+        self._previous_fingerprint, self._source = previous_fingerprint, source
         self._prefix_space: bool | None = None  # asked of the tokenizer on first use
         first = next(iter(model.parameters()), None)
         self._dtype = None if first is None else str(first.dtype).removeprefix("torch.")
@@ -174,7 +171,8 @@ class HFBackend:
         return BackendInfo(prefix_space=self._prefix_space, batch_size=self._limits.max_rows, is_loaded=True,
                            load_seconds=0.0, n_parameters=self._n_parameters, dtype=self._dtype,
                            device=str(self._pass.device), forward_seconds=self.forward_seconds,
-                           forward_tokens=self.forward_tokens, previous_fingerprint=self._previous_fingerprint)
+                           forward_tokens=self.forward_tokens, previous_fingerprint=self._previous_fingerprint,
+                           max_length=self.max_length, source=self._source)
 
     @property
     def model(self) -> Any:
@@ -183,6 +181,15 @@ class HFBackend:
 
     def release(self) -> None:
         """Nothing to free: the model was handed over loaded and belongs to whoever loaded it."""
+
+    def notify_load(self, callback: OnLoad) -> None:
+        """Nothing loads later: the weights were handed over loaded."""
+
+    def lockstep(self, collective: Collective) -> AbstractContextManager[None]:
+        """Every pass matched across processes for a sharded model (:mod:`flasheval.engine.coordination.lockstep`)."""
+        from flasheval.engine.coordination.lockstep import lockstep_if_sharded
+
+        return lockstep_if_sharded(self._model, collective)
 
     @property
     def max_batch_tokens(self) -> int:

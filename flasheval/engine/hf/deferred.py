@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from flasheval.engine.base import BackendInfo, OnResults
+from flasheval.engine.base import BackendInfo, Collective, OnLoad, OnResults
 from flasheval.engine.batching import auto_limits
 from flasheval.engine.hf.backend import HFBackend
 from flasheval.engine.planning import prefix_space
@@ -44,24 +45,25 @@ class DeferredBackend:
         :func:`~flasheval.engine.hf.loading.plan_hf_load`'s plan (fingerprint, config, device, dtype).
     batch_size, share_context
         Passed to the backend when it loads.
+    source
+        The spec the plan was made from (:attr:`~flasheval.engine.base.BackendInfo.source`).
 
-    Attributes
-    ----------
-    on_load
-        Called with the load's wall seconds when the weights have loaded (e.g. to print a line); ``None``: nothing.
+    Callbacks given to :meth:`notify_load` are called with the load's wall seconds when the weights have loaded.
     """
 
-    def __init__(self, plan: Any, *, batch_size: int | None = None, share_context: bool = True) -> None:
+    def __init__(self, plan: Any, *, batch_size: int | None = None, share_context: bool = True,
+                 source: str | None = None) -> None:
         from flasheval.engine.hf.loading import load_tokenizer
 
         self._plan = plan
         self._batch_size = batch_size
         self._share_context = share_context
+        self._source = source
         self._tokenizer = load_tokenizer(plan)
         self._backend: HFBackend | None = None
         self._prefix_space: bool | None = None  # asked of the tokenizer on first use
         self._load_seconds = 0.0
-        self.on_load: Callable[[float], None] | None = None
+        self._on_load: list[OnLoad] = []
 
     @property
     def fingerprint(self) -> str:
@@ -95,6 +97,8 @@ class DeferredBackend:
             forward_seconds=0.0 if loaded is None else loaded.forward_seconds,
             forward_tokens=0 if loaded is None else loaded.forward_tokens,
             previous_fingerprint=self._plan.previous_fingerprint,
+            max_length=self._plan.max_length,
+            source=self._source,
         )
 
     @property
@@ -106,14 +110,22 @@ class DeferredBackend:
             start = time.perf_counter()
             logger.info("loading the weights of %s (a request is not in the store)", self._plan.source)
             backend = load_planned(self._plan, tokenizer=self._tokenizer, batch_size=self._batch_size,
-                                   share_context=self._share_context)
+                                   share_context=self._share_context, source=self._source)
             if backend.fingerprint != self._plan.fingerprint:  # load_planned keys by the plan: a guard, never expected
                 raise BackendError(f"model {self._plan.source!r} loaded with another fingerprint than planned")
             self._backend = backend
             self._load_seconds = time.perf_counter() - start
-            if self.on_load is not None:
-                self.on_load(self._load_seconds)
+            for callback in self._on_load:
+                callback(self._load_seconds)
         return self._backend
+
+    def notify_load(self, callback: OnLoad) -> None:
+        """Call ``callback(seconds)`` when the weights have loaded (each load: after a :meth:`release`, again)."""
+        self._on_load.append(callback)
+
+    def lockstep(self, collective: Collective) -> AbstractContextManager[None]:
+        """A null context: a spec's model is loaded whole on each process, its passes its own (no weights load)."""
+        return nullcontext()
 
     def release(self) -> None:
         """Drop the loaded weights (a later request loads them again), e.g. before loading another copy."""

@@ -192,12 +192,23 @@ def in_memory_fingerprint(loaded: LoadedModel, *, max_length: int, scoring_versi
 
 
 def is_sharded(model: Any) -> bool:
-    """Whether ``model`` runs sharded (FSDP1 / FSDP2 wrapped, or parameters that are ``DTensor`` s)."""
-    if _wrapper(model, "FullyShardedDataParallel") or _wrapper(model, "FSDPModule"):
+    """Whether ``model``'s forward is collective (the one test, for :func:`no_grad` and for lockstep scoring,
+    :mod:`flasheval.engine.coordination.lockstep`): an FSDP1 (``FullyShardedDataParallel``) or FSDP2
+    (``FSDPModule``) module in it, parameters that are ``DTensor`` s, or DeepSpeed ZeRO-3 parameters (``ds_id``).
+    Told from class names and attributes: torch is not imported.
+
+    Examples
+    --------
+    >>> import torch
+    >>> zero3 = torch.nn.Linear(2, 2)
+    >>> is_sharded(zero3), setattr(zero3.weight, "ds_id", 0), is_sharded(zero3)
+    (False, None, True)
+    """
+    modules = model.modules() if callable(getattr(model, "modules", None)) else (model,)
+    if any(_wrapper(m, "FullyShardedDataParallel") or _wrapper(m, "FSDPModule") for m in modules):
         return True
-    parameters = getattr(model, "parameters", None)
-    first = next(iter(parameters()), None) if callable(parameters) else None
-    return first is not None and type(first).__name__ == "DTensor"
+    parameters = model.parameters() if callable(getattr(model, "parameters", None)) else ()
+    return any(type(p).__name__ == "DTensor" or hasattr(p, "ds_id") for p in parameters)
 
 
 def no_grad(model: Any) -> Any:

@@ -245,8 +245,9 @@ def _empty_copy(config: Any, source: str) -> tuple[int, str]:
 
 
 def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int | None = None,
-                 share_context: bool = True) -> HFBackend:
-    """Load the weights of ``plan`` (and its tokenizer, unless given) into an :class:`HFBackend`."""
+                 share_context: bool = True, source: str | None = None) -> HFBackend:
+    """Load the weights of ``plan`` (and its tokenizer, unless given) into an :class:`HFBackend` (``source``: the
+    spec the plan was made from, :attr:`~flasheval.engine.base.BackendInfo.source`)."""
     own_tokenizer = tokenizer is None
     if own_tokenizer:
         tokenizer = load_tokenizer(plan)
@@ -273,7 +274,7 @@ def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int | N
     logger.info("loaded %s on %s in %s (fingerprint %s)", plan.source, where, plan.dtype_name, plan.fingerprint)
     return HFBackend(model, tokenizer, fingerprint=plan.fingerprint, batch_size=batch_size, max_length=plan.max_length,
                      share_context=share_context, pad_multiple=plan.settings.pad_multiple,
-                     previous_fingerprint=plan.previous_fingerprint)
+                     previous_fingerprint=plan.previous_fingerprint, source=source)
 
 
 def load_hf_backend(
