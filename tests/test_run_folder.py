@@ -34,15 +34,15 @@ def test_every_placement_lands_in_the_run_folder_and_reads_back_by_step(run_dir)
     assert [c.step for c in history.checkpoints] == [100, 200]
     for checkpoint, model in zip(history.checkpoints, ("meta/llama-3-70b", "meta/llama-3-8b")):
         alone = flasheval.place(f"replay:{model}", "helm_lite")  # the same placement outside any run
-        assert checkpoint.model == model
+        assert checkpoint.model_id == model
         assert (checkpoint.rank, checkpoint.interval, checkpoint.tier) == (alone.rank, alone.interval,
                                                                           alone.placement.tier)
-        assert checkpoint.examples == alone.placement.compute.n_examples
+        assert checkpoint.n_examples == alone.placement.compute.n_examples
         assert checkpoint.full_examples == alone.placement.compute.full_examples
         assert read_record(checkpoint.record_path).payload == json.loads(json.dumps(alone.to_json()))
     plan = flasheval.load_plan("default").for_pool(flasheval.load_reference("helm_lite").n_models)
     assert [t.first for t in history.tiers] == [t.first for t in plan.tiers]
-    assert history.settings["seed"] == 0 and history.simultaneous is None and history.level == 0.95
+    assert history.settings["seed"] == 0 and history.simultaneous is None and history.confidence_level == 0.95
 
 
 @pytest.mark.parametrize(("options", "field", "values"), [
@@ -79,7 +79,7 @@ def test_simultaneous_coverage_splits_the_level_and_is_recorded(tmp_path):
     expected = split_level(flasheval.load_plan("default"), 5).confidence_level
     assert placed.placement.confidence_level == pytest.approx(expected) and expected > 0.95
     history = flasheval.read_run(run)
-    assert history.simultaneous == 5 and history.level == pytest.approx(expected)
+    assert history.simultaneous == 5 and history.confidence_level == pytest.approx(expected)
     assert read_record(run / "run.json").payload["plan_level"] == 0.95
     with pytest.raises(flasheval.InputError, match="field 'simultaneous': .* 5, this one with 3"):
         flasheval.place_checkpoint(B, run=run, step=2, simultaneous=3)

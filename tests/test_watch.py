@@ -92,7 +92,7 @@ def test_watch_once_places_every_complete_checkpoint_in_step_order_and_a_rerun_p
     assert [line.split()[1] for line in placing] == ["10", "20", "30"]  # in step order
     assert "step 40 (checkpoint-40): not complete yet, waiting for trainer_state.json" in out
     history = flasheval.read_run(run)
-    assert [(c.step, c.model) for c in history.checkpoints] == [(10, "checkpoint-10"), (20, "step-20"),
+    assert [(c.step, c.model_id) for c in history.checkpoints] == [(10, "checkpoint-10"), (20, "step-20"),
                                                                 (30, "global_step30")]
     assert len({c.fingerprint for c in history.checkpoints}) == 3
     before = _records(run)
@@ -115,8 +115,8 @@ def test_watch_once_places_every_complete_checkpoint_in_step_order_and_a_rerun_p
     report = flasheval.render_report(run)
     text = report.markdown.read_text()
     for c in history.checkpoints:  # live checkpoints: tokens and seconds against the full run's
-        assert f"| {c.step} | {c.model} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] |" in text
-        assert f"| {c.tokens:,} | {c.full_tokens:,.0f} | {c.full_tokens / c.tokens:.1f}x | {c.seconds:.1f} |" in text
+        assert f"| {c.step} | {c.model_id} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] |" in text
+        assert f"| {c.n_tokens:,} | {c.full_tokens:,.0f} | {c.full_tokens / c.n_tokens:.1f}x | {c.seconds:.1f} |" in text
     assert report.figures == (run / "figures" / "run-ranks.png",)
 
 

@@ -70,8 +70,8 @@ def tier_text(c: RunCheckpoint, tiers: Sequence[Tier]) -> str:
     >>> from flasheval.placement.tiers import Tier
     >>> plan = (Tier(first=1, last=1, resolution=0), Tier(first=2, last=4, resolution=1),
     ...         Tier(first=5, last=9, resolution=2))
-    >>> c = RunCheckpoint(step=1, model="m", rank=1, interval=(1, 5), level=0.95, tier="1",
-    ...                   status="unresolved at budget", examples=1, full_examples=2, tokens=None, full_tokens=None,
+    >>> c = RunCheckpoint(step=1, model_id="m", rank=1, interval=(1, 5), confidence_level=0.95, tier="1",
+    ...                   status="unresolved at budget", n_examples=1, full_examples=2, n_tokens=None, full_tokens=None,
     ...                   seconds=None, record_path=Path("p"), n_models=5)
     >>> tier_text(c, plan), tier_text(replace(c, rank=6, interval=(6, 6), tier="5-9", status="resolved"), plan)
     ('1 to 5-6 (unresolved)', '5-6')
@@ -90,17 +90,17 @@ def tier_text(c: RunCheckpoint, tiers: Sequence[Tier]) -> str:
 
 
 def _row(c: RunCheckpoint, tiers: Sequence[Tier]) -> tuple[str, ...]:
-    return (str(c.step), c.model, "-" if c.rank is None else str(c.rank), f"[{c.interval[0]}, {c.interval[1]}]",
-            tier_text(c, tiers), c.status, str(c.examples), str(c.full_examples), _ratio(c.full_examples, c.examples),
-            _count(c.tokens), _count(c.full_tokens), _ratio(c.full_tokens, c.tokens),
+    return (str(c.step), c.model_id, "-" if c.rank is None else str(c.rank), f"[{c.interval[0]}, {c.interval[1]}]",
+            tier_text(c, tiers), c.status, str(c.n_examples), str(c.full_examples), _ratio(c.full_examples, c.n_examples),
+            _count(c.n_tokens), _count(c.full_tokens), _ratio(c.full_tokens, c.n_tokens),
             _seconds(c.seconds), _seconds(c.import_seconds))
 
 
 def _total(checkpoints: Sequence[RunCheckpoint]) -> tuple[str, ...]:
     """The run's sum: examples, tokens and seconds spent against full runs of every checkpoint."""
-    examples, full = sum(c.examples for c in checkpoints), sum(c.full_examples for c in checkpoints)
-    known = all(c.tokens is not None and c.full_tokens is not None for c in checkpoints)
-    tokens = sum(c.tokens or 0 for c in checkpoints) if known else None
+    examples, full = sum(c.n_examples for c in checkpoints), sum(c.full_examples for c in checkpoints)
+    known = all(c.n_tokens is not None and c.full_tokens is not None for c in checkpoints)
+    tokens = sum(c.n_tokens or 0 for c in checkpoints) if known else None
     full_tokens = sum(c.full_tokens or 0.0 for c in checkpoints) if known else None
     seconds = sum(c.seconds for c in checkpoints if c.seconds is not None)
     imports = [c.import_seconds for c in checkpoints if c.import_seconds is not None]
@@ -111,11 +111,11 @@ def _total(checkpoints: Sequence[RunCheckpoint]) -> tuple[str, ...]:
 
 
 def _coverage(history: RunHistory) -> str:
-    level = f"{history.level:.2%}"
+    level = f"{history.confidence_level:.2%}"
     if history.simultaneous is None:
         return (f"each interval at {level} (per checkpoint: over the run's {len(history.checkpoints)} checkpoints "
                 "together, some may miss)")
-    run_level = 1.0 - (1.0 - history.level) * history.simultaneous
+    run_level = 1.0 - (1.0 - history.confidence_level) * history.simultaneous
     return (f"each interval at {level}: the run's level {run_level:.0%} split over {history.simultaneous} planned "
             f"checkpoints, so all {history.simultaneous} intervals cover together with probability at least "
             f"{run_level:.0%}")
@@ -124,7 +124,7 @@ def _coverage(history: RunHistory) -> str:
 def run_figure_data(history: RunHistory) -> dict[str, Any]:
     """What :func:`~flasheval.report.run_figure.run_ranks` draws for ``history`` (tiers clipped to the pool)."""
     n_ranks = max(c.n_models for c in history.checkpoints) + 1
-    return {"name": history.name, "reference": history.reference, "level": history.level, "n_ranks": n_ranks,
+    return {"name": history.name, "reference": history.reference, "level": history.confidence_level, "n_ranks": n_ranks,
             "tiers": [{"first": first, "last": last, "label": _label(first, last)}
                       for first, last in pool_tiers(history.tiers, n_ranks)],
             "checkpoints": [{"step": c.step, "rank": c.rank, "interval": c.interval, "status": c.status}
@@ -142,7 +142,7 @@ def run_blocks(history: RunHistory) -> list[Block]:
         return blocks
     blocks.append(Figure(name="run-ranks", png=run_ranks(run_figure_data(history)),
                          caption=f"Rank against step: each checkpoint's rank (open: unresolved) and its "
-                                 f"{history.level:.1%} interval, drawn at its own step only; dashed: the tier "
+                                 f"{history.confidence_level:.1%} interval, drawn at its own step only; dashed: the tier "
                                  "boundaries of the pool"))
     blocks.append(Heading(text="Checkpoints", level=3))
     blocks.append(Table(header=_HEADER, rows=(*(_row(c, history.tiers) for c in checkpoints), _total(checkpoints))))

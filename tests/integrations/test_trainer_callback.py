@@ -115,7 +115,7 @@ def test_the_callback_places_at_steps_and_saves_and_logs_through_the_trainer(wor
     for entry, checkpoint in zip(logged, history.checkpoints):
         assert (entry["flasheval/rank"], entry["flasheval/rank_lo"], entry["flasheval/rank_hi"]) == \
             (checkpoint.rank, *checkpoint.interval)
-        assert (entry["flasheval/examples"], entry["flasheval/tokens"]) == (checkpoint.examples, checkpoint.tokens)
+        assert (entry["flasheval/examples"], entry["flasheval/tokens"]) == (checkpoint.n_examples, checkpoint.n_tokens)
         assert entry["flasheval/tier"] == int(checkpoint.tier.split("-")[0].rstrip("+"))
     # The last placement (step 4, the end of training) is the trained model's: placed afresh, no store, the same.
     fresh = flasheval.place(trainer.model, world["reference"], tokenizer=trainer.processing_class, plan=world["plan"])
@@ -362,7 +362,7 @@ def test_the_trainer_example_under_a_two_process_launch_in_both_modes(world):
         history = flasheval.read_run(folder)
         for c in history.checkpoints:
             tier = tier_text(c, history.tiers)  # the tier within the pool's ranks
-            assert f"| {c.step} | {c.model} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] | {tier} |" in report
+            assert f"| {c.step} | {c.model_id} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] | {tier} |" in report
         assert "Rank against step" in (folder / "report.html").read_text(encoding="utf-8")
 
 

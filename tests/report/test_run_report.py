@@ -33,13 +33,13 @@ def test_the_run_report_tabulates_every_checkpoint_against_its_record(run_dir, c
     text = (run_dir / "report.md").read_text()
     history = flasheval.read_run(run_dir)
     for c in history.checkpoints:  # each row says what the checkpoint's own record says
-        saving = f"{c.full_examples / c.examples:.1f}x"
+        saving = f"{c.full_examples / c.n_examples:.1f}x"
         assert c.status == "resolved"  # its tier is its record's, an open one ending at the pool's last rank
         tier = f"{c.tier[:-1]}-{c.n_models + 1}" if c.tier.endswith("+") else c.tier
-        row = f"| {c.step} | {c.model} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] | {tier} | {c.status} | " \
-              f"{c.examples} | {c.full_examples} | {saving} |"
+        row = f"| {c.step} | {c.model_id} | {c.rank} | [{c.interval[0]}, {c.interval[1]}] | {tier} | {c.status} | " \
+              f"{c.n_examples} | {c.full_examples} | {saving} |"
         assert row in text, row
-    spent = sum(c.examples for c in history.checkpoints)
+    spent = sum(c.n_examples for c in history.checkpoints)
     assert f"| all | 3 checkpoints |  |  |  |  | {spent} | {3 * history.checkpoints[0].full_examples} |" in text
     assert "the run's level 95% split over 3 planned checkpoints" in text
     assert "![Rank against step" in text and (run_dir / "figures" / "run-ranks.png").stat().st_size > 1000
