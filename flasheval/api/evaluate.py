@@ -180,8 +180,7 @@ def evaluate(
                         device=engine.device or "auto", batch_size=engine.batch_size,
                         max_length=engine.max_length, device_map=engine.placement, compare_dtype=compare_dtype,
                         progress_bar=progress_bar, distributed=distributed)
-    return run_evaluation(job, report=report, on_backend=lambda backend: watch_load(report, backend,
-                                                                                   resolved.model_id))
+    return run_evaluation(job, report=report, on_backend=lambda backend: watch_load(report, backend, resolved.model_id))
 
 
 def _replay(model: ReplayModel, tasks: tuple[str, ...], *, suites: Sequence[str], heldout: Sequence[Any],
