@@ -1,7 +1,8 @@
 """The one atomic write: every file flasheval writes whole (records, manifests, folder configs, reports, figures,
 per-example records, caches) goes through :func:`atomic_file`.
 
-A file is written to a temporary file in its own folder, flushed and ``fsync``-ed, given mode ``0o644``, renamed
+A file is written to a temporary file in its own folder created with mode ``0o644`` (the kernel takes the process's
+umask off it, as for any new file: ``0o644`` under the usual ``022``, ``0o600`` under ``077``), flushed and ``fsync``-ed, renamed
 over the target (``os.replace``, atomic on one filesystem) and the folder is ``fsync``-ed where the platform allows,
 so a reader sees the old file or the new one, never half of one, and a crash after the call returns loses neither.
 A failure mid-write leaves the old file as it was and removes the temporary file. Appended files (the results
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -29,8 +30,9 @@ from typing import IO, Any
 __all__ = ["FILE_MODE", "atomic_file", "atomic_write_text", "atomic_write_bytes", "fsync_dir"]
 
 FILE_MODE = 0o644
-"""Mode of every file written: readable by all, writable by its owner, whatever the process's umask (a temporary
-file is created ``0o600``, which a rename would otherwise keep)."""
+"""Mode every file is created with, less the process's umask: readable by all, writable by its owner, never more open
+than the umask allows (``tempfile.mkstemp``'s ``0o600``, which a rename keeps, is not used)."""
+_ATTEMPTS = 100
 
 
 @contextlib.contextmanager
@@ -42,18 +44,28 @@ def atomic_file(path: str | os.PathLike[str], *, binary: bool = False) -> Iterat
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    fd, tmp = _create_temporary(target)
     try:
         with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(target.parent)
+
+
+def _create_temporary(target: Path) -> tuple[int, str]:
+    """A new file beside ``target``, opened for writing, mode :data:`FILE_MODE` less the umask (``O_EXCL``)."""
+    for _ in range(_ATTEMPTS):
+        tmp = str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), FILE_MODE), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{target.parent}: no free temporary name for {target.name} in {_ATTEMPTS} attempts")
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
