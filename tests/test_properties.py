@@ -30,7 +30,7 @@ from flasheval.errors import FlashevalError, InputError
 from flasheval.placement.calibration_cache import CALIBRATION_VERSION, check_entry
 from flasheval.placement.results import Budget
 from flasheval.placement.tiers import load_tier_plan, resolve_tier_plan
-from flasheval.records.run_record import read_record, write_record
+from flasheval.records.run_record import read_record
 from flasheval.reference import load_reference, write_reference
 
 BAD = st.one_of(
@@ -197,9 +197,9 @@ def test_a_malformed_tier_plan_is_refused_in_one_line(tmp_path):
     check()
 
 
-def test_a_malformed_record_is_refused_in_one_line(tmp_path):
-    path = write_record(tmp_path / "place.json", kind="place", payload={"model_id": "m1"})
-    record = json.loads(path.read_text())
+def test_a_malformed_record_is_refused_in_one_line(tiny, tmp_path):
+    path = flasheval.place("replay:m1", tiny / "refs" / "tiny", plan="flash_helm", output=tmp_path).record_path
+    record = json.loads(path.read_text())  # a valid place record (write_record refuses an invalid payload)
 
     @FAST
     @given(data=st.one_of(_mutations(record), BAD))

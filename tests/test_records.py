@@ -9,16 +9,21 @@ from flasheval.errors import InputError
 from flasheval.records.run_record import SCHEMA_VERSION, read_record, write_record
 
 
+RUN = {"name": "r", "reference_source": "helm_lite", "tiers": [],
+       "settings": {"reference": "helm_lite", "plan": "default", "confidence_level": 0.95}}
+"""The smallest payload its kind's schema passes (``write_record`` checks it before writing)."""
+
+
 def test_roundtrip_and_nan_becomes_null(tmp_path):
-    p = write_record(tmp_path / "r" / "run.json", kind="note", payload={"rank": np.int64(3), "x": float("nan")})
+    p = write_record(tmp_path / "r" / "run.json", kind="run", payload={**RUN, "rank": np.int64(3), "x": float("nan")})
     rec = read_record(p)
-    assert rec.kind == "note"
-    assert rec.payload == {"rank": 3, "x": None}
+    assert rec.kind == "run"
+    assert rec.payload == {**RUN, "rank": 3, "x": None}
     assert not list((tmp_path / "r").glob("*.tmp"))
 
 
 def test_incompatible_version_refused_in_one_line(tmp_path):
-    p = write_record(tmp_path / "run.json", kind="place", payload={})
+    p = write_record(tmp_path / "run.json", kind="run", payload=RUN)
     data = json.loads(p.read_text())
     data["schema_version"] = SCHEMA_VERSION + 1
     p.write_text(json.dumps(data))
@@ -46,7 +51,7 @@ def test_records_get_mode_0644_whatever_the_umask(tmp_path, umask):
 
     old = os.umask(umask)
     try:
-        record = write_record(tmp_path / "run.json", kind="place", payload={})
+        record = write_record(tmp_path / "run.json", kind="run", payload=RUN)
     finally:
         os.umask(old)
     assert stat.S_IMODE(record.stat().st_mode) == 0o644

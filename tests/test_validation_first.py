@@ -136,3 +136,22 @@ def test_one_rule_and_one_message_per_kind_of_value(tmp_path):
             entry()
     with pytest.raises(flasheval.InputError, match="unknown aggregate 'bogus'"):  # before the reference is read
         flasheval.rank_intervals(tmp_path / "no-such-reference", aggregate="bogus")
+
+
+def test_write_record_checks_the_payload_against_its_schema_before_writing(tmp_path):
+    from flasheval.records.run_record import read_record, write_record
+    from flasheval.records.schemas import PAYLOAD_SCHEMAS
+
+    placed = flasheval.place(A, "helm_lite", output=tmp_path / "ok")
+    good = read_record(placed.record_path).payload
+    bad = {**good, "rank": "3"}
+    with pytest.raises(flasheval.InputError, match=r"field 'payload.rank': '3' is not an integer \(or null\)"):
+        write_record(tmp_path / "bad" / "place.json", kind="place", payload=bad)
+    assert not (tmp_path / "bad" / "place.json").exists()
+    with pytest.raises(flasheval.InputError, match="payload.stages\\[0\\].rank"):  # a rank outside its interval
+        write_record(tmp_path / "bad" / "place.json", kind="place",
+                     payload={**good, "stages": [{**good["stages"][0], "rank": good["stages"][0]["interval"][1] + 1}]})
+    with pytest.raises(ValueError, match="no schema"):
+        write_record(tmp_path / "bad" / "x.json", kind="note", payload={})
+    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
+    assert "reference-build" in PAYLOAD_SCHEMAS  # every kind written has one (reference/building.py writes it)

@@ -25,7 +25,7 @@ from typing import Any
 from flasheval.atomic import atomic_write_text
 from flasheval.version import __version__
 from flasheval.errors import InputError
-from flasheval.records.schemas import check_payload
+from flasheval.records.schemas import PAYLOAD_SCHEMAS, check_payload
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "slug",
            "prepare_output", "check_replace", "default_run_folder"]
@@ -69,7 +69,16 @@ def _json_safe(obj: Any) -> Any:
 def write_record(path: str | os.PathLike[str], *, kind: str, payload: dict[str, Any],
                  settings: dict[str, Any] | None = None) -> Path:
     """Write a run record atomically and return its path (``settings``: what decided the result, compared by
-    :func:`check_replace` before a later run replaces the record)."""
+    :func:`check_replace` before a later run replaces the record).
+
+    The payload is checked against its kind's schema (:func:`~flasheval.records.schemas.check_payload`) before
+    anything is written, so no reader ever meets a record its writer got wrong; a kind without a schema is a
+    programming error (every kind written has one in :data:`~flasheval.records.schemas.PAYLOAD_SCHEMAS`).
+    """
+    if kind not in PAYLOAD_SCHEMAS:
+        raise ValueError(f"record kind {kind!r} has no schema in flasheval.records.schemas.PAYLOAD_SCHEMAS")
+    safe = _json_safe(payload)
+    check_payload(kind, safe, path=path)
     record = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -77,7 +86,7 @@ def write_record(path: str | os.PathLike[str], *, kind: str, payload: dict[str, 
         "flasheval_version": __version__,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "argv": list(sys.argv),
-        "payload": _json_safe(payload),
+        "payload": safe,
         **({} if settings is None else {"settings": _json_safe(settings)}),
     }
     return atomic_write_text(path, json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False) + "\n")

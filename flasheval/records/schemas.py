@@ -134,6 +134,7 @@ _PLACE = {
     **_COMPUTE, "neighbours?": "strs|null", "leaderboard?": "list|null", "leaderboard[]": "entry",
     "timing?": "object|null", **{f"timing.{k}": "number" for k in (
         "wall_seconds", "load_seconds", "scoring_seconds", "outside_model_seconds", "looks_seconds")},
+    "timing.import_seconds?": "number",
     **{f"timing.{k}?": "number|null" for k in ("full_wall_seconds", "full_tokens", "tokens_per_second",
                                                 "time_saving")},
     "live?": "object|null", "live.fingerprint?": "str|null", "live.seconds?": "number|null",
@@ -212,6 +213,12 @@ _RUN = {
     "tiers[].first": "int", "tiers[].last?": "int|null", "tiers[].resolution": "int", "plan_spec?": "object",
 }
 
+_REFERENCE_BUILD = {
+    "reference": "str", "settings": "object", "seconds": "object", "seconds{}": "number",
+    "computed_requests": "object", "computed_requests{}": "int", "examples": "object", "examples{}": "list",
+    "examples{}[]": "object",
+}
+
 _TOGETHER: Mapping[str, tuple[tuple[str, str], ...]] = MappingProxyType({"dior": (
     ("findings.examples_equivalent_of_datasets", "findings.datasets_tau_lower"),
     ("findings.win_rate_leader_change_found", "n_leader_changes"),
@@ -222,6 +229,7 @@ PAYLOAD_SCHEMAS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "place": MappingProxyType(_PLACE), "sweep": MappingProxyType(_SWEEP), "dior": MappingProxyType(_DIOR),
     "backtest": MappingProxyType(_BACKTEST_ONE), "evaluate": MappingProxyType(_EVALUATE),
     "scaling": MappingProxyType(_SCALING), "run": MappingProxyType(_RUN),
+    "reference-build": MappingProxyType(_REFERENCE_BUILD),
 })
 """The payload schema of each record kind flasheval writes (a ``backtest`` record over several seeds holds
 ``{"seeds": [...]}``, each element of the one-seed schema)."""

@@ -124,22 +124,6 @@ def record_path(run: Path, step: int) -> Path:
     return run / CHECKPOINTS_DIR / f"step-{step}" / "place.json"
 
 
-def _field(payload: Mapping[str, Any], dotted: str, types: tuple[type, ...], path: Path, *,
-           optional: bool = False) -> Any:
-    """``payload[a][b]...`` for ``dotted = "a.b"``, of one of ``types``; one line naming file and field otherwise."""
-    value: Any = payload
-    for key in dotted.split("."):
-        if not isinstance(value, Mapping) or key not in value:
-            raise InputError("missing", path=path, field=f"payload.{dotted}")
-        value = value[key]
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-        raise InputError(f"expected {' or '.join(t.__name__ for t in types)}, got {value!r}", path=path,
-                         field=f"payload.{dotted}")
-    return value
-
-
 def _record(path: Path, kind: str) -> RunRecord:
     """The ``kind`` record at ``path``, its payload checked against the kind's schema (:mod:`flasheval.records.schemas`)."""
     return read_record(path, kind=kind)
@@ -150,22 +134,11 @@ def read_settings(run: Path) -> dict[str, Any] | None:
     path = run / RUN_FILE
     if not path.exists():
         return None
-    payload = _record(path, RUN_KIND).payload
+    payload = _record(path, RUN_KIND).payload  # every field's type: the run kind's schema
     try:
         check_name(payload["name"], field="payload.name", what="run name")
     except InputError as exc:
         raise InputError(exc.reason, path=path, field="payload.name") from None
-    _field(payload, "reference_source", (str,), path)
-    _field(payload, "settings", (dict,), path)
-    for key, types in (("reference", (str,)), ("plan", (str,)), ("confidence_level", (float, int))):
-        _field(payload, f"settings.{key}", types, path)
-    tiers = _field(payload, "tiers", (list,), path)
-    for i, tier in enumerate(tiers):
-        if not isinstance(tier, Mapping) or not isinstance(tier.get("first"), int) \
-                or not isinstance(tier.get("resolution"), int) \
-                or not (tier.get("last") is None or isinstance(tier.get("last"), int)):
-            raise InputError(f"expected {{first, last, resolution}} integers, got {tier!r}", path=path,
-                             field=f"payload.tiers[{i}]")
     return dict(payload)
 
 
@@ -224,29 +197,23 @@ def record_fingerprint(payload: Mapping[str, Any]) -> str:
 
 
 def _checkpoint(step: int, path: Path) -> RunCheckpoint:
+    """Step ``step``'s record as a :class:`RunCheckpoint` (every field's type: the place kind's schema)."""
     p = _record(path, "place").payload
-    interval = _field(p, "interval", (list,), path)
-    if len(interval) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in interval):
-        raise InputError(f"expected [low, high] ranks, got {interval!r}", path=path, field="payload.interval")
-    timing, live = p.get("timing"), p.get("live")
-    seconds, imports = None, None
-    if isinstance(timing, Mapping) and "import_seconds" in timing:
-        imports = _field(p, "timing.import_seconds", (float, int), path)
-    if isinstance(timing, Mapping) and "wall_seconds" in timing:
-        seconds = _field(p, "timing.wall_seconds", (float, int), path, optional=True)
-    elif isinstance(live, Mapping) and "seconds" in live:
-        seconds = _field(p, "live.seconds", (float, int), path, optional=True)
+    compute, timing, live = p["compute"], p.get("timing"), p.get("live")
+    seconds = imports = None
+    if isinstance(timing, Mapping):
+        seconds, imports = timing.get("wall_seconds"), timing.get("import_seconds")
+    elif isinstance(live, Mapping):
+        seconds = live.get("seconds")
+    low, high = p["interval"]
     return RunCheckpoint(
-        step=step, model_id=_field(p, "model_id", (str,), path), rank=_field(p, "rank", (int,), path, optional=True),
-        interval=(interval[0], interval[1]), confidence_level=float(_field(p, "confidence_level", (float, int), path)),
-        tier=_field(p, "tier", (str,), path, optional=True), status=_field(p, "status", (str,), path),
-        n_examples=_field(p, "compute.n_examples", (int,), path),
-        full_examples=_field(p, "compute.full_examples", (int,), path),
-        n_tokens=_field(p, "compute.n_tokens", (int,), path, optional=True),
-        full_tokens=_field(p, "compute.full_tokens", (float, int), path, optional=True),
+        step=step, model_id=p["model_id"], rank=p["rank"], interval=(low, high),
+        confidence_level=float(p["confidence_level"]), tier=p["tier"], status=p["status"],
+        n_examples=compute["n_examples"], full_examples=compute["full_examples"],
+        n_tokens=compute.get("n_tokens"), full_tokens=compute.get("full_tokens"),
         seconds=None if seconds is None else float(seconds), record_path=path,
         fingerprint=live.get("fingerprint") if isinstance(live, Mapping) else None,
-        n_models=_field(p, "n_models", (int,), path), import_seconds=None if imports is None else float(imports))
+        n_models=p["n_models"], import_seconds=None if imports is None else float(imports))
 
 
 def read_run(run: str | os.PathLike[str]) -> RunHistory:

@@ -94,6 +94,8 @@ def test_evaluate_records_give_their_model_id_and_metrics_only(tmp_path):
     table = read_runs_files([tmp_path / "scale.csv", tmp_path / "tasks.json", tmp_path / "loss.json"])
     assert (table.model_ids, float(table.tokens[0])) == (("m",), 2e9)
     assert set(table.values) == {"gadre-17", "gadre-46_partial", "loss_c4_val", "bpb_c4_val", "loss", "bits_per_byte"}
-    write_record(tmp_path / "old.json", kind="evaluate", payload={"model": "gguf:/x/m.gguf", "tasks": {}})
+    old = json.loads((tmp_path / "loss.json").read_text())  # a record written before model_id was kept:
+    old["payload"] = {"model": "gguf:/x/m.gguf", "tasks": {}}  # write_record would refuse it, so by hand
+    (tmp_path / "old.json").write_text(json.dumps(old))
     with pytest.raises(InputError, match="old.json: field 'payload.model_id': missing field"):
         read_runs_files([tmp_path / "scale.csv", tmp_path / "old.json"])
