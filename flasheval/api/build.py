@@ -21,6 +21,8 @@ from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter
 from flasheval.checks import check_dtype, check_n_examples, check_name, check_output, check_seed
 from flasheval.engine.coordination.distributed import check_distributed, is_main, processes
+from flasheval.engine.base import Backend
+from flasheval.engine.loading import BackendModel
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
 from flasheval.reference.build_setups import LmEvalTaskBuild, TaskFileBuild
@@ -63,16 +65,20 @@ def _model_reporter(report: Reporter) -> Any:
     return on_model
 
 
-def _models(models: Sequence[Any]) -> tuple[NamedModel, ...]:
+def _models(models: Sequence[Any]) -> tuple[NamedModel | BackendModel, ...]:
     if isinstance(models, str) or not models:
         raise InputError("give a non-empty list of model specs", field="--models")
-    if all(isinstance(m, NamedModel) for m in models):
-        named = tuple(models)
-    elif not all(isinstance(m, str) for m in models):
-        raise InputError("a reference is built from model specs ([NAME=]hf:... / gguf:...) or NamedModel objects",
+    given = [BackendModel(backend=m) if isinstance(m, Backend) else m for m in models]  # an opened backend
+    if not all(isinstance(m, (str, NamedModel, BackendModel)) for m in given):
+        raise InputError("a reference is built from model specs ([NAME=]hf:... / gguf:...), NamedModel objects or "
+                         "opened backends (flasheval.engine.base.Backend)", field="--models")
+    parsed = iter(parse_named_models([m for m in given if isinstance(m, str)]))
+    named = tuple(next(parsed) if isinstance(m, str) else m for m in given)
+    ids = [m.model_id for m in named]
+    dup = sorted({m for m in ids if ids.count(m) > 1})
+    if dup:
+        raise InputError(f"model names {dup} appear twice (name them with NAME=SPEC or BackendModel(name=...))",
                          field="--models")
-    else:
-        named = tuple(parse_named_models(list(models)))
     if len(named) < 2:  # before any model is scored: a reference ranks models against each other
         raise InputError(f"a reference needs at least 2 models, got {len(named)} ({', '.join(m.model_id for m in named)})",
                          field="--models")
@@ -91,7 +97,7 @@ def _task_names(suite: str, tasks: Any) -> tuple[str, ...]:
 
 
 def build_reference(
-    models: Sequence[str | NamedModel],
+    models: Sequence[str | NamedModel | Backend],
     *,
     name: str,
     harness: str = "flasheval",
@@ -118,7 +124,9 @@ def build_reference(
     Parameters
     ----------
     models
-        ``[NAME=]hf:PATH_OR_ID`` / ``[NAME=]gguf:FILE`` specs (or :class:`~flasheval.engine.specs.NamedModel`).
+        ``[NAME=]hf:PATH_OR_ID`` / ``[NAME=]gguf:FILE`` specs (or :class:`~flasheval.engine.specs.NamedModel`), or
+        opened backends (:class:`~flasheval.engine.base.Backend`, named by their spec; or
+        :class:`~flasheval.engine.loading.BackendModel` with ``name=``), each scored as it was opened.
     name
         The reference's name (its folder under ``output``).
     harness
@@ -208,7 +216,7 @@ def _task_file_setup(models: Sequence[NamedModel], tasks: Any, *, suite: str | N
         if not value:
             raise InputError("required with --engine flasheval", field="--" + option.replace("_", "-"))
     task_list = load_live_tasks(_task_names(str(suite), tasks), str(task_dir))
-    check_model_files(models)
+    check_model_files([m for m in models if isinstance(m, NamedModel)])
     return TaskFileBuild(suite=load_suite(str(suite)), tasks=tuple(task_list), seed=seed, n_examples=n_examples,
                          dtype=dtype, prefix_space=prefix_space, task_dir=str(Path(str(task_dir)).resolve()))
 
@@ -231,7 +239,7 @@ def _lmeval_setup(models: Sequence[NamedModel], tasks: Any, *, include_path: Any
         raise InputError("name the lm-eval tasks to score (comma-separated)", field="--tasks")
     check_seed(fewshot_seed, field="--fewshot-seed")  # as lm_eval checks them; the CLI names them as typed
     check_seed(num_fewshot, field="--num-fewshot")  # a count >= 0, as a seed is
-    check_model_files(models)
+    check_model_files([m for m in models if isinstance(m, NamedModel)])
     require_lm_eval()
     include = str(Path(include_path).resolve()) if include_path else None
     return LmEvalTaskBuild.create(names, include_path=include, num_fewshot=num_fewshot, fewshot_seed=fewshot_seed,

@@ -20,6 +20,7 @@ from flasheval.api.resolve import REPLAY, refuse_live_options
 from flasheval.checks import check_model_id, check_n_examples, check_output, check_seed, name_list
 from flasheval.engine.coordination.distributed import check_distributed
 from flasheval.engine.hf.in_memory import LoadedModel
+from flasheval.engine.loading import BackendModel
 from flasheval.engine.specs import NamedModel, check_model_files
 from flasheval.errors import InputError
 from flasheval.evaluation.dtype_comparison import check_compare_dtype
@@ -144,7 +145,7 @@ def evaluate(
     suite_list = name_list(suites, field="--suite", what="suite", allow_empty=True)
     dtype = engine.dtype or "auto"
     check_compare_dtype(compare_dtype, dtype=dtype, kind="replay" if isinstance(resolved, ReplayModel) else
-                        "in-memory" if isinstance(resolved, LoadedModel) else "spec",
+                        "in-memory" if isinstance(resolved, (LoadedModel, BackendModel)) else "spec",
                         has_tasks=bool(task_names or suite_list))
     if format not in EXAMPLE_FORMATS:
         raise InputError(f"unknown format {format!r}", field="--format", allowed=EXAMPLE_FORMATS)
@@ -155,11 +156,12 @@ def evaluate(
         engine.refuse(REPLAY, *(name for name in engine.given() if not (name == "dtype" and dtype == "auto")))
         return _replay(resolved, task_names, suites=suite_list, heldout=heldout, n_examples=n_examples, seed=seed,
                        model_id=model_id, output=output, format=format)
-    if isinstance(resolved, LoadedModel):
-        fixed = [name for name in engine.given() if name != "batch_size" and not (name == "dtype" and dtype == "auto")]
+    if isinstance(resolved, (LoadedModel, BackendModel)):
+        fixed = [name for name in engine.given() if not (name == "dtype" and dtype == "auto")
+                 and (name != "batch_size" or isinstance(resolved, BackendModel))]
         if fixed:
-            raise InputError("an in-memory model runs as it is (its dtype, device and length)",
-                             field="--" + fixed[0].replace("_", "-"))
+            raise InputError(f"an {'opened backend' if isinstance(resolved, BackendModel) else 'in-memory model'} "
+                             "runs as it is (its dtype, device and length)", field="--" + fixed[0].replace("_", "-"))
     if (task_dir is None or not str(task_dir).strip()) and (task_names or suite_list):  # "": never the working folder
         raise InputError("required for hf: and gguf: models" if task_dir is None else "empty path; name the folder of "
                          "the task files", field="--task-dir")

@@ -16,7 +16,9 @@ from typing import Any
 
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.checks import LOAD_DTYPES, check_dtype, check_limit, check_output, check_seed, name_list
-from flasheval.engine import check_model_files, parse_named_models
+from flasheval.engine import NamedModel, check_model_files, parse_named_models
+from flasheval.engine.base import Backend
+from flasheval.engine.loading import BackendModel
 from flasheval.engine.coordination.distributed import check_distributed, processes
 from flasheval.errors import InputError
 from flasheval.records.run_record import default_run_folder
@@ -39,7 +41,7 @@ class LmEvalRun:
 
 
 def lm_eval(
-    model: str,
+    model: str | Backend,
     *,
     tasks: str | Sequence[str],
     include_path: str | Path | None = None,
@@ -53,7 +55,9 @@ def lm_eval(
     progress: bool | None = None,
     distributed: str = "main",
 ) -> LmEvalRun:
-    """Run the lm-eval ``tasks`` with ``model`` (``[NAME=]hf:PATH_OR_ID`` / ``[NAME=]gguf:FILE``).
+    """Run the lm-eval ``tasks`` with ``model`` (``[NAME=]hf:PATH_OR_ID`` / ``[NAME=]gguf:FILE``, or an opened
+    :class:`~flasheval.engine.base.TokenBackend` such as ``open_backend(spec)``'s, scored as it was opened: lm-eval's
+    maximum length then defaults to one less than the backend's).
 
     Parameters
     ----------
@@ -98,12 +102,21 @@ def lm_eval(
     if log_samples and not output:
         raise InputError("--log-samples needs --output-path (where lm-eval writes the samples)", field="--log-samples")
     names = name_list(tasks, field="--tasks", what="task", unique=False)
-    dtype = check_dtype(engine.dtype or "float32", allowed=LOAD_DTYPES)
-    named = parse_named_models([model], field="--model")[0] if isinstance(model, str) else None
-    if named is None:
-        raise InputError(f"expected a model spec ([NAME=]hf:... / gguf:...), got {type(model).__name__}",
-                         field="--model")
-    check_model_files([named], field="--model")
+    named: NamedModel | BackendModel
+    if isinstance(model, (Backend, BackendModel)):  # an opened backend: scored as it is, its own dtype and device
+        named = model if isinstance(model, BackendModel) else BackendModel(backend=model)
+        fixed = [n for n in engine.given() if n not in ("dtype", "max_length")]
+        if fixed:
+            raise InputError("an opened backend runs as it is (its device and batch size)",
+                             field="--" + fixed[0].replace("_", "-"))
+        dtype = check_dtype(engine.dtype, allowed=LOAD_DTYPES) if engine.dtype else "auto"
+    elif isinstance(model, str):
+        named = parse_named_models([model], field="--model")[0]
+        dtype = check_dtype(engine.dtype or "float32", allowed=LOAD_DTYPES)
+        check_model_files([named], field="--model")
+    else:
+        raise InputError(f"expected a model spec ([NAME=]hf:... / gguf:...) or an opened backend, got "
+                         f"{type(model).__name__}", field="--model")
     placement = engine.placement
     from flasheval.lmeval.loading import open_lmeval_model
     from flasheval.lmeval.tasks import make_task_manager, run_tasks

@@ -7,7 +7,10 @@ else in one line:
 * :class:`~flasheval.engine.specs.NamedModel` — ``"[NAME=]hf:PATH_OR_ID"`` / ``"[NAME=]gguf:FILE"``: weights
   loaded now, their results keyed by the weights' fingerprint;
 * :class:`~flasheval.engine.hf.in_memory.LoadedModel` — a ``transformers`` model the caller holds (``tokenizer=``,
-  ``identity=``), scored in place: nothing is written to disk for it.
+  ``identity=``), scored in place: nothing is written to disk for it;
+* :class:`~flasheval.engine.loading.BackendModel` — a backend the caller opened (any object of the
+  :class:`~flasheval.engine.base.Backend` protocol, as lm-eval takes an ``LM``), scored as it is and keyed by its
+  fingerprint: the same record as its spec.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flasheval.engine.base import Backend
 from flasheval.engine.hf.in_memory import LoadedModel, is_torch_module, is_transformers_model
+from flasheval.engine.loading import BackendModel
 from flasheval.engine.specs import NamedModel, check_model_files, parse_named_models
 from flasheval.errors import InputError
 from flasheval.records.run_record import slug
@@ -24,7 +29,7 @@ from flasheval.records.run_record import slug
 __all__ = ["ReplayModel", "Model", "resolve_model", "resolve_models", "SPEC_FORMS"]
 
 SPEC_FORMS = ("replay:MODEL_ID", "[NAME=]hf:PATH_OR_ID", "[NAME=]gguf:FILE", "a LoadedModel",
-              "a transformers model with tokenizer=")
+              "a transformers model with tokenizer=", "a backend (flasheval.engine.base.Backend)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,7 +43,7 @@ class ReplayModel:
         return f"replay:{self.model_id}"
 
 
-Model = ReplayModel | NamedModel | LoadedModel
+Model = ReplayModel | NamedModel | LoadedModel | BackendModel
 
 
 def resolve_model(model: Any, *, tokenizer: Any = None, identity: str | None = None, field: str = "--model",
@@ -49,13 +54,15 @@ def resolve_model(model: Any, *, tokenizer: Any = None, identity: str | None = N
     as one (:func:`~flasheval.engine.hf.in_memory.check_model`: wrappers looked through, one line for a module
     that is not a causal LM), so a DDP-wrapped model is scored and a bare ``LlamaModel`` refused by name.
     """
-    ours = isinstance(model, (str, ReplayModel, NamedModel, LoadedModel))
+    if isinstance(model, Backend):  # an opened backend (the protocol's every member), not a transformers model
+        model = BackendModel(backend=model)
+    ours = isinstance(model, (str, ReplayModel, NamedModel, LoadedModel, BackendModel))
     if is_transformers_model(model) or is_torch_module(model) or (tokenizer is not None and not ours):
         return LoadedModel(model=model, tokenizer=tokenizer, identity=identity)
     for name, value in (("tokenizer", tokenizer), ("identity", identity)):
         if value is not None:
             raise InputError("applies to an in-memory transformers model only", field=name)
-    if isinstance(model, (ReplayModel, NamedModel, LoadedModel)):
+    if isinstance(model, (ReplayModel, NamedModel, LoadedModel, BackendModel)):
         resolved = model
     elif isinstance(model, str):
         kind, _, target = model.partition(":")

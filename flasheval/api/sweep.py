@@ -109,7 +109,8 @@ def sweep(
     models
         ``"replay:MODEL_ID"`` specs (reference models, each held out of the pool: a backtest), or live
         models: ``"[NAME=]hf:..."`` / ``"[NAME=]gguf:..."`` specs, :class:`~flasheval.engine.specs.NamedModel` or
-        :class:`~flasheval.engine.hf.in_memory.LoadedModel` objects (not both kinds in one sweep).
+        :class:`~flasheval.engine.hf.in_memory.LoadedModel` objects, or opened backends
+        (:class:`~flasheval.engine.base.Backend`, scored as they were opened) (not replayed and live in one sweep).
     reference
         Name, folder or :class:`~flasheval.reference.ReferenceLeaderboard` (live: a built reference).
     budget

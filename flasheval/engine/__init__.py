@@ -22,9 +22,9 @@ Importing this package does NOT import torch, transformers or accelerate.
 
 from __future__ import annotations
 
-from flasheval.engine.base import SCORING_VERSION, Backend, BackendInfo, OnResults
+from flasheval.engine.base import SCORING_VERSION, Backend, BackendInfo, OnResults, TokenBackend
 from flasheval.engine.coordination.distributed import DistributedBackend, request_id
-from flasheval.engine.loading import n_parameters, open_backend, open_cached_backend
+from flasheval.engine.loading import BackendModel, n_parameters, open_backend, open_cached_backend
 from flasheval.engine.specs import (
     SPEC_PREFIXES,
     ModelSpec,
@@ -38,6 +38,8 @@ from flasheval.engine.store.results import CachedBackend, ResultStore
 __all__ = [
     "Backend",
     "BackendInfo",
+    "BackendModel",
+    "TokenBackend",
     "OnResults",
     "SCORING_VERSION",
     "CachedBackend",

@@ -6,22 +6,59 @@ backend (:mod:`flasheval.engine.hf.backend`) is imported only when a model is op
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flasheval.engine.base import Backend
-from flasheval.engine.hf.device_map import DeviceMap, ProcessLayout
+from flasheval.engine.hf.device_map import DeviceMap
 from flasheval.engine.coordination.distributed import cached_runner, collective, is_main, layout_of, open_shared_store
 from flasheval.engine.hf.in_memory import LoadedModel, in_memory_fingerprint
 from flasheval.engine.registry import BACKENDS
-from flasheval.engine.specs import ModelSpec, NamedModel
+from flasheval.engine.specs import ModelSpec, NamedModel, parse_named_models
 from flasheval.engine.store.results import CachedBackend, ResultStore
 from flasheval.engine.hf.weights_digest import digest_under, note_identity, weights_digest
 from flasheval.errors import BackendError, InputError
 from flasheval.hashing import stable_hash
 
-__all__ = ["open_backend", "open_model", "behind_store", "open_cached_backend", "n_parameters", "placed_weights_digest",
+__all__ = ["BackendModel", "open_backend", "open_model", "behind_store", "open_cached_backend", "n_parameters", "placed_weights_digest",
            "compared_digests"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class BackendModel:
+    """A backend the caller already opened (any object of the :class:`~flasheval.engine.base.Backend` protocol),
+    scored as it is: its own dtype, device, batch size and maximum length; its results keyed by its fingerprint.
+
+    Examples
+    --------
+    ``flasheval.place(open_backend(parse_model_spec("hf:PATH"), dtype="float32"), ...)`` (a bare backend is
+    made into one) gives the record the spec ``"hf:PATH"`` gives.
+    """
+
+    backend: Backend
+    """The backend."""
+    name: str | None = None
+    """Model id in results (default: the one its spec would have, :attr:`~flasheval.engine.base.BackendInfo.source`;
+    ``"backend"`` when it names none)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.backend, Backend):
+            raise InputError(f"{type(self.backend).__name__} is not a backend (see flasheval.engine.base.Backend)",
+                             field="model")
+        if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
+            raise InputError(f"must be a non-empty string, got {self.name!r}", field="name")
+
+    @property
+    def model_id(self) -> str:
+        """The model's name in results and records."""
+        source = self.backend.info.source
+        return self.name or (parse_named_models([source])[0].model_id if source else "backend")
+
+    @property
+    def text(self) -> str:
+        """How records name where the model came from: its spec, else ``backend:FINGERPRINT``."""
+        return self.backend.info.source or f"backend:{self.backend.fingerprint}"
 
 
 def open_backend(spec: ModelSpec, *, deferred: bool = False, **options: Any) -> Backend:
@@ -39,10 +76,10 @@ def open_backend(spec: ModelSpec, *, deferred: bool = False, **options: Any) -> 
     return loader(spec.target, revision=spec.revision, deferred=deferred, **options)
 
 
-def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "auto", batch_size: int | None = None,
+def open_model(model: NamedModel | LoadedModel | BackendModel, *, dtype: str, device: str = "auto", batch_size: int | None = None,
                max_length: int | None = None, device_map: DeviceMap | None = None,
                record_in: Path | None = None, state: Any = None) -> Backend:
-    """The backend of a spec's model or of a model the caller holds (used as it is).
+    """The backend of a spec's model, of a model the caller holds (used as it is), or the caller's own backend.
 
     A spec's model is opened without its weights (:class:`~flasheval.engine.hf.deferred.DeferredBackend`:
     its config, tokenizer and fingerprint now; the weights when the first request has to be computed),
@@ -57,6 +94,8 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
     a spec's device follows this process's place among them (:func:`~flasheval.engine.coordination.distributed.layout_of`); an
     in-memory model's digest is agreed on by all of them (each digests the shard it holds: see :func:`_agreed`).
     """
+    if isinstance(model, BackendModel):
+        return _as_given(model, dtype=dtype, device_map=device_map)
     if isinstance(model, NamedModel):
         return open_backend(model.spec, deferred=True, dtype=dtype, device=device, batch_size=batch_size,
                             max_length=max_length, device_map=device_map, layout=layout_of(state))
@@ -84,6 +123,16 @@ def open_model(model: NamedModel | LoadedModel, *, dtype: str, device: str = "au
     # another formula) cannot say which weights computed them, so none are adopted: they are scored afresh.
     return HFBackend(model.model, model.tokenizer, batch_size=batch_size, max_length=length,
                      pad_multiple=settings.pad_multiple, previous_fingerprint=None, fingerprint=fingerprint)
+
+
+def _as_given(model: BackendModel, *, dtype: str, device_map: DeviceMap | None) -> Backend:
+    """The caller's backend, when the dtype asked is its own (``auto``: any); it runs where it is."""
+    if device_map is not None:
+        raise InputError("a backend runs where it was opened: open it with its device map", field="--device-map")
+    have = model.backend.info.dtype
+    if dtype != "auto" and have is not None and dtype != have:
+        raise InputError(f"the backend computes in {have}, not {dtype}: open it in {dtype}", field="--dtype")
+    return model.backend
 
 
 def behind_store(backend: Backend, store_dir: Path, state: Any = None, *,
@@ -114,7 +163,7 @@ def _agreed(digest: str, state: Any) -> str:
     return digest if len(set(everyone)) == 1 else stable_hash(everyone, n_chars=len(digest))
 
 
-def open_cached_backend(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str, device: str = "auto",
+def open_cached_backend(model: NamedModel | LoadedModel | BackendModel, store_dir: Path, *, dtype: str, device: str = "auto",
                         batch_size: int | None = None, max_length: int | None = None, state: Any = None,
                         device_map: DeviceMap | None = None) -> tuple[CachedBackend, ResultStore, Any]:
     """Open a model (:func:`open_model`) behind the results store (data-parallel over ``state``'s processes).

@@ -17,9 +17,11 @@ from typing import Any
 from flasheval.engine.hf.device_map import DeviceMap
 from flasheval.engine.coordination.distributed import is_main
 from flasheval.engine.hf.in_memory import LoadedModel
-from flasheval.engine.loading import behind_store, n_parameters, open_model
+from flasheval.engine.base import TokenBackend
+from flasheval.engine.loading import BackendModel, behind_store, n_parameters, open_model
 from flasheval.engine.specs import NamedModel
 from flasheval.engine.store.results import CachedBackend, ResultStore
+from flasheval.errors import InputError
 from flasheval.lmeval.conventions import LmEvalConventionBackend, lmeval_max_length, resolve_lmeval_max_length
 from flasheval.lmeval.model import FlashevalLM
 
@@ -44,7 +46,7 @@ class OpenedModel:
         self.store.close()
 
 
-def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype: str = "float32",
+def open_lmeval_model(model: NamedModel | LoadedModel | BackendModel, store_dir: Path, *, dtype: str = "float32",
                       device: str = "auto", batch_size: int | None = None, max_length: int | None = None,
                       state: Any = None, progress_bar: bool | None = None,
                       device_map: DeviceMap | None = None) -> OpenedModel:
@@ -58,8 +60,14 @@ def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype
     weights load on the first request the store cannot answer; ``device_map`` spreads them over this
     replica's devices (:mod:`flasheval.engine.hf.device_map`).
     """
+    if isinstance(model, BackendModel) and not isinstance(model.backend, TokenBackend):
+        raise InputError(f"{type(model.backend).__name__} scores no token ids: lm-eval's conventions need a TokenBackend "
+                         "(tokenizer, plan_token_batches, loglikelihood_tokens)", field="--model")
     if max_length is not None:
         length = max_length
+    elif isinstance(model, BackendModel):
+        keeps = model.backend.info.max_length
+        length = keeps - 1 if keeps is not None and keeps > 1 else lmeval_max_length({}, None)
     elif isinstance(model, LoadedModel):
         length = lmeval_max_length(model.module.config.to_dict(), getattr(model.tokenizer, "model_max_length", None))
     else:
@@ -69,7 +77,7 @@ def open_lmeval_model(model: NamedModel | LoadedModel, store_dir: Path, *, dtype
                     state=state)
     cached, store = behind_store(LmEvalConventionBackend(hf, max_length=length), store_dir, state)
     main = is_main(state)
-    lm = FlashevalLM(cached, tokenizer=hf.tokenizer,  # type: ignore[attr-defined]
+    lm = FlashevalLM(cached, tokenizer=hf.tokenizer,  # type: ignore[attr-defined]  # every one here is a TokenBackend
                      max_length=length, model_id=model.model_id, progress_bar=progress_bar if main else False,
                      processes=state)
     return OpenedModel(lm=lm, cached=cached, store=store, backend=hf, n_parameters=n_parameters(hf),

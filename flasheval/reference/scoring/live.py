@@ -30,7 +30,7 @@ from flasheval.checks import check_count, check_dtype, check_seed
 from flasheval.engine.hf.device_map import DeviceMap, device_map_from
 from flasheval.engine.devices import check_device
 from flasheval.engine.hf.in_memory import LoadedModel
-from flasheval.engine.loading import n_parameters, open_cached_backend
+from flasheval.engine.loading import BackendModel, n_parameters, open_cached_backend
 from flasheval.engine.specs import NamedModel
 from flasheval.errors import InputError
 from flasheval.reference.scoring.scorers import LiveScorer
@@ -43,8 +43,8 @@ __all__ = ["LiveOptions", "OpenedScorer", "ModelOpener", "ScoringSetup", "TaskFi
            "prepare_scoring", "open_task_files", "open_lmeval"]
 
 
-LiveModel = NamedModel | LoadedModel
-"""A model to score now: a spec's weights, or a model the caller holds in memory."""
+LiveModel = NamedModel | LoadedModel | BackendModel
+"""A model to score now: a spec's weights, a model the caller holds in memory, or a backend the caller opened."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +95,12 @@ class LiveOptions:
         if isinstance(model, LoadedModel) and self.device_map is not None:
             raise InputError("an in-memory model runs where it is: load it with device_map= yourself",
                              field="--device-map")
+        if isinstance(model, BackendModel):
+            given = [f for f, v in (("--device", self.device), ("--device-map", self.device_map),
+                                    ("--batch-size", self.batch_size)) if v is not None]
+            if given:
+                raise InputError("a backend runs as it was opened (its device, batch size and length)",
+                                 field=given[0])
 
 
 class OpenedScorer:
@@ -226,6 +232,10 @@ class ScoringSetup(ModelOpener, Protocol):
 
 
 def _check_dtype(model: LiveModel, dtype: str, where: str) -> None:
+    have = model.backend.info.dtype if isinstance(model, BackendModel) else None
+    if have is not None and have != dtype:
+        raise InputError(f"the backend computes in {have}; reference {where!r} is scored in {dtype} (open it in "
+                         f"{dtype})", field="--dtype")
     if isinstance(model, LoadedModel) and model.dtype != dtype:
         raise InputError(f"the model is in {model.dtype}; reference {where!r} is scored in {dtype} (cast it, e.g. "
                          f"model.to(torch.{dtype}), or score it against a reference built in {model.dtype})",
