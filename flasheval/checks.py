@@ -28,7 +28,7 @@ from flasheval.errors import InputError
 
 __all__ = ["DTYPES", "LOAD_DTYPES", "MAX_RESAMPLES", "check_dtype", "check_count", "check_seed", "check_n_examples",
            "check_name", "check_model_id", "check_output", "check_confidence_level", "check_positive", "check_n_resamples",
-           "check_limit", "check_counts", "check_keywords", "name_list"]
+           "check_limit", "check_counts", "check_keywords", "check_flag", "name_list"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 """Concrete dtypes: what a reference can pin and what ``--compare-dtype`` accepts."""
@@ -185,6 +185,14 @@ def check_keywords(given: Mapping[str, object], allowed: Collection[str], *, whe
     for name in given:
         if name not in allowed:
             raise InputError(f"not a keyword of {where}", field=name, allowed=sorted(allowed))
+
+
+def check_flag(value: object, *, field: str) -> bool:
+    """``value`` as a yes-or-no option (``force``, ``partial``, ``log_samples``, ...): ``True`` or ``False`` only
+    (``"no"`` or ``0`` would otherwise pass as a truth value). The one rule and the one message for every flag."""
+    if not isinstance(value, bool):
+        raise InputError(f"must be True or False, got {value!r}", field=field)
+    return value
 
 
 def check_limit(value: object, *, field: str = "--limit") -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flasheval.checks import check_output, name_list
+from flasheval.checks import check_flag, check_output, name_list
 from flasheval.errors import InputError
 from flasheval.atomic import atomic_write_text
 from flasheval.tasks import aggregate_table, load_suite, read_scores
@@ -49,6 +49,7 @@ def aggregate(scores: str | Path | Sequence[str | Path], *, suites: str | Sequen
 
     if baselines not in ("v1", "v2"):
         raise InputError(f"unknown baselines {baselines!r}", field="--baselines", allowed=("v1", "v2"))
+    check_flag(partial, field="--partial")
     loaded = [load_suite(name) for name in name_list(suites, field="--suite", what="suite")]  # twice: columns clash
     check_output(output)
     if output is not None and Path(output).is_dir():

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flasheval.api.progress import ProgressCallback, Reporter
-from flasheval.api.resolve import resolve_plan, resolve_reference
+from flasheval.api.progress import ProgressCallback, Reporter, check_progress
+from flasheval.api.resolve import (check_plan_arg, check_pool_options, check_reference_arg, resolve_plan,
+                                   resolve_reference)
 from flasheval.errors import InputError
 from flasheval.analysis.backtest import (ALL_METHODS, MAX_SEEDS, METHODS, BacktestResult, BacktestRow, SeedSummary, held_out_models,
                                           summarize_seeds)
 from flasheval.analysis.backtest import backtest as run_backtest
-from flasheval.checks import check_output, check_seed, name_list
+from flasheval.checks import check_count, check_flag, check_output, check_seed, name_list
 from flasheval.records.run_record import prepare_output, write_record
 
 __all__ = ["BacktestRun", "backtest"]
@@ -62,6 +63,41 @@ def _model_reporter(report: Reporter, seed: int, index: int, n_seeds: int) -> An
         last = now
 
     return on_model
+
+
+def _check_backtest(reference: Any, plan: Any, *, compare_plan: Any, seeds: Any, methods: Any, aggregate: Any,
+                    missing: Any, output: Any, progress: Any, held_out: Any,
+                    force: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Every argument of :func:`backtest` checked, nothing read or written (scipy's ``_bootstrap_iv`` shape):
+    returns the seeds and the methods. What needs the reference (``held_out`` against its size, the aggregate on
+    it) is checked once it is read, still before the record's folder is made."""
+    check_reference_arg(reference)
+    check_plan_arg(plan)
+    check_plan_arg(compare_plan)
+    check_pool_options(aggregate, missing)
+    check_progress(progress)
+    check_flag(force, field="force")
+    if held_out is not None:
+        check_count(held_out, field="--held-out")
+    check_output(output)
+    if isinstance(seeds, (int, str)) or not isinstance(seeds, Sequence) or not seeds:
+        raise InputError(f"give a non-empty list of seeds, got {seeds!r}", field="--seeds")
+    for seed in seeds:
+        if seed is None:
+            raise InputError("must be an integer >= 0, got None", field="--seed")
+        check_seed(seed)
+    if len(seeds) > MAX_SEEDS:
+        raise InputError(f"{len(seeds)} seeds: at most {MAX_SEEDS} (each seed is a whole backtest)", field="--seeds")
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"a seed listed twice in {list(seeds)[:20]!r}", field="--seeds")
+    if isinstance(methods, str) or not methods:
+        raise InputError(f"give a non-empty list of methods, got {methods!r}", field="--methods")
+    methods = name_list(list(methods) if isinstance(methods, Sequence) else methods, field="--methods",
+                        what="method")
+    unknown = [m for m in methods if m not in ALL_METHODS]
+    if unknown:
+        raise InputError(f"unknown backtest method {unknown[0]!r}", field="--methods", allowed=ALL_METHODS)
+    return tuple(seeds), methods
 
 
 def backtest(
@@ -109,26 +145,12 @@ def backtest(
         Replace an ``output`` file that is not a backtest record, or one written with other settings (plan, seeds,
         methods, aggregate, missing-data policy, held-out count; refused without it).
     """
-    check_output(output)
-    if isinstance(seeds, (int, str)) or not isinstance(seeds, Sequence) or not seeds:
-        raise InputError(f"give a non-empty list of seeds, got {seeds!r}", field="--seeds")
-    for seed in seeds:
-        if seed is None:
-            raise InputError("must be an integer >= 0, got None", field="--seed")
-        check_seed(seed)
-    if len(seeds) > MAX_SEEDS:
-        raise InputError(f"{len(seeds)} seeds: at most {MAX_SEEDS} (each seed is a whole backtest)", field="--seeds")
-    if len(set(seeds)) != len(seeds):
-        raise InputError(f"a seed listed twice in {list(seeds)[:20]!r}", field="--seeds")
-    if isinstance(methods, str) or not methods:
-        raise InputError(f"give a non-empty list of methods, got {methods!r}", field="--methods")
-    methods = name_list(list(methods) if isinstance(methods, Sequence) else methods, field="--methods",
-                        what="method")
-    unknown = [m for m in methods if m not in ALL_METHODS]
-    if unknown:
-        raise InputError(f"unknown backtest method {unknown[0]!r}", field="--methods", allowed=ALL_METHODS)
+    seeds, methods = _check_backtest(reference, plan, compare_plan=compare_plan, seeds=seeds, methods=methods,
+                                     aggregate=aggregate, missing=missing, output=output, progress=progress,
+                                     held_out=held_out, force=force)  # every argument, before anything is read
     report = Reporter(progress)
     ref = resolve_reference(reference, missing=missing)
+    ref.aggregate_options(aggregate)  # on this reference (centered needs its baselines), before the record's folder
     if held_out is not None:
         held_out_models(ref, held_out, seed=seeds[0], aggregate=aggregate)  # a bad K: one line, before any work
     plan_ = resolve_plan(plan)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.options import EngineOptions, engine_options
-from flasheval.api.progress import ProgressCallback, Reporter
-from flasheval.checks import check_dtype, check_n_examples, check_name, check_output, check_seed
+from flasheval.api.progress import ProgressCallback, Reporter, check_progress
+from flasheval.checks import check_dtype, check_flag, check_n_examples, check_name, check_output, check_seed
 from flasheval.engine.coordination.distributed import check_distributed, is_main, processes
 from flasheval.engine.base import Backend
 from flasheval.engine.loading import BackendModel
@@ -174,6 +174,9 @@ def build_reference(
     check_name(name, what="reference name")
     check_output(output, field="--output")
     check_output(work_dir, field="--work-dir")
+    check_flag(force, field="--force")
+    check_flag(prefix_space, field="--no-prefix-space")
+    check_progress(progress)
     named = _models(models)
     out = references_root(None if output is None else str(output)) / name
     if (out / MANIFEST_FILE).exists() and not force:

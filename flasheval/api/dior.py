@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from flasheval.api.resolve import check_pool_options, resolve_reference
-from flasheval.checks import check_confidence_level, check_counts, check_n_resamples, check_output, check_seed, name_list
+from flasheval.checks import (check_confidence_level, check_counts, check_flag, check_n_resamples, check_output,
+                              check_seed, name_list)
 from flasheval.errors import InputError
 from flasheval.analysis.dior import DEFAULT_SIZES, DiorReport, run_dior
 from flasheval.records.run_record import prepare_output, write_record
@@ -111,8 +112,7 @@ def dior(
     check_seed(seed)
     check_output(output)
     check_pool_options(aggregate, missing)
-    if not isinstance(force, bool):
-        raise InputError(f"must be True or False, got {force!r}", field="force")
+    check_flag(force, field="force")
     ref = resolve_reference(reference, missing=missing)
     sizes = _sizes(given, ref)
     settings = {"reference": ref.name, "decisions": list(chosen),  # sizes and counts where their decision runs

@@ -17,9 +17,9 @@ from flasheval.api.models import ReplayModel, resolve_model
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter, split_progress, watch_load
 from flasheval.api.resolve import REPLAY, refuse_live_options
-from flasheval.checks import check_model_id, check_n_examples, check_output, check_seed, name_list
+from flasheval.checks import check_flag, check_model_id, check_n_examples, check_output, check_seed, name_list
 from flasheval.engine.coordination.distributed import check_distributed
-from flasheval.engine.hf.in_memory import LoadedModel
+from flasheval.engine.hf.in_memory import LoadedModel, check_sharded_placement
 from flasheval.engine.loading import BackendModel
 from flasheval.engine.specs import NamedModel, check_model_files
 from flasheval.errors import InputError
@@ -132,8 +132,7 @@ def evaluate(
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity, check_files=False)
     check_n_examples(n_examples)
     check_seed(seed)
-    check_output(output)
-    check_output(store, field="--store")
+    _check_run(resolved, output=output, store=store, force=force, distributed=distributed)
     if model_id is not None and (not isinstance(model_id, str) or not model_id.strip()):
         raise InputError(f"expected a non-empty name, got {model_id!r}", field="--model-id")
     model_id = None if model_id is None else check_model_id(model_id)
@@ -185,6 +184,16 @@ def evaluate(
     return run_evaluation(job, report=report, on_backend=lambda backend: watch_load(report, backend, resolved.model_id))
 
 
+def _check_run(model: Any, *, output: Any, store: Any, force: Any, distributed: str) -> None:
+    """:func:`evaluate`'s folders, ``force``, and a sharded in-memory model under ``distributed="main"`` (its forward
+    is collective: the main process alone would wait forever), checked before anything is read or written."""
+    check_output(output)
+    check_output(store, field="--store")
+    check_flag(force, field="force")
+    if isinstance(model, LoadedModel):
+        check_sharded_placement(model.model, distributed)
+
+
 def _replay(model: ReplayModel, tasks: tuple[str, ...], *, suites: Sequence[str], heldout: Sequence[Any],
             n_examples: int | None, seed: int, model_id: str | None, output: str | Path | None,
             format: str) -> EvaluationRun:
@@ -194,10 +203,10 @@ def _replay(model: ReplayModel, tasks: tuple[str, ...], *, suites: Sequence[str]
                          "need a model to run", field="--model")
     if not tasks:
         raise InputError("required for replay: models", field="--tasks")
-    if output is not None:
-        prepare_output(output, record=SUMMARY_FILE)
     target = model.model_id
     records, means, reference = replay_records(target, list(tasks), n_examples=n_examples, seed=seed)
+    if output is not None:  # once the tasks are found in the reference: a refused call makes no folder
+        prepare_output(output, record=SUMMARY_FILE)
     counts = {name: sum(r.task_name == name for r in records) for name in means}
     payload: dict[str, Any] = {
         "model": model.text,

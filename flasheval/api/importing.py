@@ -10,11 +10,30 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from flasheval.checks import check_flag, check_name, check_output
 from flasheval.errors import InputError
 from flasheval.reference import ImportedReference
+from flasheval.reference.importing import check_import_options
 from flasheval.reference.importing import import_reference as import_into_folder
+from flasheval.stats.ranking import check_aggregate
 
 __all__ = ["import_reference"]
+
+
+def _check_import(source_path: object, *, format: object, name: object, output: object, suite: object,
+                  include_path: object, aggregate: object, higher_is_better: object, random_baselines: object,
+                  force: object) -> None:
+    """:func:`import_reference`'s arguments checked before the baselines file or the source is read (scipy's
+    ``_bootstrap_iv`` shape); the manifest's free texts and ``metric`` are strings the manifest checks."""
+    check_import_options(source_path, format, suite, include_path)
+    check_name(name, what="reference name")
+    check_output(output, field="--output")
+    check_aggregate(aggregate)
+    check_flag(higher_is_better, field="--lower-is-better")
+    check_flag(force, field="--force")
+    if random_baselines is not None and not isinstance(random_baselines, (Mapping, str, Path)):
+        raise InputError(f"expected {{dataset: chance score}} or a JSON file of one, got "
+                         f"{type(random_baselines).__name__}", field="--random-baselines")
 
 
 def import_reference(
@@ -47,6 +66,9 @@ def import_reference(
         As :func:`flasheval.reference.importing.import_reference` (the manifest's fields, the metric,
         ``force`` to overwrite); see ``docs/`` and ``flasheval reference import --help``.
     """
+    _check_import(source_path, format=format, name=name, output=output, suite=suite, include_path=include_path,
+                  aggregate=aggregate,
+                  higher_is_better=higher_is_better, random_baselines=random_baselines, force=force)
     if isinstance(random_baselines, (str, Path)):
         if not str(random_baselines).strip():
             raise InputError("empty path; name a JSON file of {dataset: chance score}", field="--random-baselines")

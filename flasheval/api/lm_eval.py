@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.options import EngineOptions, engine_options
-from flasheval.checks import LOAD_DTYPES, check_dtype, check_limit, check_output, check_seed, name_list
+from flasheval.checks import LOAD_DTYPES, check_dtype, check_flag, check_limit, check_output, check_seed, name_list
 from flasheval.engine import NamedModel, check_model_files, parse_named_models
 from flasheval.engine.base import Backend
 from flasheval.engine.loading import BackendModel
@@ -97,6 +97,7 @@ def lm_eval(
         raise InputError(f"must be True, False or None (a bar per forward batch), got {type(progress).__name__}",
                          field="progress")
     check_output(store, field="--store")
+    check_flag(log_samples, field="--log-samples")
     require_lm_eval()
     engine = engine_options(engine)
     if log_samples and not output:

@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from flasheval.api.resolve import check_pool_options, resolve_reference
-from flasheval.checks import check_confidence_level, check_n_resamples, check_seed
-from flasheval.errors import InputError
+from flasheval.checks import check_confidence_level, check_flag, check_n_resamples, check_seed
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.reference.intervals import RankIntervals, reference_rank_intervals
 
@@ -29,8 +28,7 @@ def _check(confidence_level: Any, n_resamples: Any, seed: Any, simultaneous: Any
     level = check_confidence_level(confidence_level, field="--level")
     n_resamples = check_n_resamples(n_resamples, field="--n-resamples")
     seed = check_seed(seed, generator=True)
-    if not isinstance(simultaneous, bool):
-        raise InputError(f"must be True or False, got {simultaneous!r}", field="simultaneous")
+    check_flag(simultaneous, field="simultaneous")
     check_pool_options(aggregate, missing)
     return level, n_resamples, seed
 

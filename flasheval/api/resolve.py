@@ -22,8 +22,9 @@ from typing import Any
 from flasheval.api.models import Model, ReplayModel, resolve_model
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import check_progress
-from flasheval.checks import check_output, check_positive, check_seed
+from flasheval.checks import check_flag, check_output, check_positive, check_seed
 from flasheval.engine.coordination.distributed import check_distributed
+from flasheval.engine.hf.in_memory import LoadedModel, check_sharded_placement
 from flasheval.engine.throughput import forward_flops
 from flasheval.errors import InputError
 from flasheval.reference.scoring.live import LiveOptions
@@ -236,9 +237,10 @@ def check_place_options(
                             engine=engine_)
         if model is not None:
             live.check_model(model)
+        if isinstance(model, LoadedModel):  # a sharded model's forward is collective: "main" would hang
+            check_sharded_placement(model.model, distributed)
     check_pool_options(aggregate, missing)
     check_reference_arg(reference)
     check_plan_arg(plan)
-    if not isinstance(force, bool):
-        raise InputError(f"must be True or False, got {force!r}", field="force")
+    check_flag(force, field="force")
     return PlaceArgs(model=model, budget=budget_, engine=engine_, live=live)

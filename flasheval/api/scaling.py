@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flasheval.checks import check_output, check_seed, name_list
+from flasheval.checks import check_flag, check_output, name_list
 from flasheval.errors import InputError
 from flasheval.records.run_record import write_record
 from flasheval.scaling.fit import ScalingFitOptions, parse_predict_target, scaling_fit_payload
@@ -70,7 +70,12 @@ def fit_scaling(
     (``True``: beside ``output``; a path: there).
     """
     check_output(output)
-    check_seed(seed)
+    # the fit's options (method, caps, resample count, confidence level, seed) by its own checks, before any table
+    # is read; the columns are picked from the table below
+    options = ScalingFitOptions(
+        loss_column=loss_column or DEFAULT_LOSS_COLUMNS[0], fit_max_compute=fit_max_compute,
+        error_fit_max_compute=error_fit_max_compute, fit_column=fit_column, error_fit_column=error_fit_column,
+        dataset=dataset, method=method, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed)
     for option, path, what in (("--output", output, "record's file name (e.g. scaling.json)"),
                                ("--plot", None if isinstance(plot, bool) else plot, "PNG's file name")):
         if path is not None and Path(path).is_dir():
@@ -84,8 +89,7 @@ def fit_scaling(
                           ("--dataset", dataset)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise InputError(f"expected a name, got {value!r}", field=option)
-    if not isinstance(error, bool):
-        raise InputError(f"expected true or false, got {error!r}", field="error")
+    check_flag(error, field="error")
     paths = [runs] if isinstance(runs, (str, Path)) else list(runs)
     targets = [parse_predict_target(t) for t in name_list(predict, field="--predict", what="run")]
     if plot and output is None and plot is True:
@@ -102,11 +106,7 @@ def fit_scaling(
         if picked is None and partial:
             logger.warning("no complete error column; partial suite aggregates %s are not fitted unless named "
                            "with --error-column", ", ".join(partial))
-    options = ScalingFitOptions(
-        loss_column=picked_loss, error_columns=error_columns, fit_max_compute=fit_max_compute,
-        error_fit_max_compute=error_fit_max_compute, fit_column=fit_column, error_fit_column=error_fit_column,
-        dataset=dataset, method=method, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed,
-    )
+    options = replace(options, loss_column=picked_loss, error_columns=error_columns)
     payload = scaling_fit_payload(table, targets, options)
     payload["runs_files"] = [str(p) for p in paths]
     if output is None:

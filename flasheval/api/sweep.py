@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from flasheval.api.models import ReplayModel, resolve_models
-from flasheval.api.progress import ProgressCallback, Reporter
+from flasheval.api.progress import ProgressCallback, Reporter, check_progress
 from flasheval.api.options import EngineOptions, engine_options
-from flasheval.api.resolve import check_n_parameters, live_options, refuse_live_options, resolve_plan, resolve_reference
+from flasheval.api.resolve import (check_n_parameters, check_plan_arg, check_pool_options, check_reference_arg,
+                                   live_options, refuse_live_options, resolve_plan, resolve_reference)
 from flasheval.engine.coordination.distributed import check_distributed, is_main, processes
-from flasheval.engine.hf.in_memory import LoadedModel, scoring_mode
+from flasheval.engine.hf.in_memory import LoadedModel, check_sharded_placement, scoring_mode
 from flasheval.engine.store.shards import SHARDS_DIR
 from flasheval.errors import InputError
-from flasheval.checks import check_count, check_output, check_seed, name_list
+from flasheval.checks import check_count, check_flag, check_output, check_seed, name_list
 from flasheval.reference.scoring.live import LiveOptions, prepare_scoring
 from flasheval.reference.scoring.replay import ReplayScorer
 from flasheval.placement.results import Budget
@@ -77,6 +78,39 @@ def _budget(budget: Any, n_parameters: float | None) -> Budget:
         raise InputError("a time budget caps one placement (place, place_checkpoint, watch); a sweep's budget is "
                          "shared by its checkpoints: give examples, tokens or FLOPs", field="max_seconds")
     return budget
+
+
+def _check_sweep(models: Any, reference: Any, *, budget: Any, plan: Any, seed: Any, aggregate: Any, missing: Any,
+                 datasets: Any, low_rank: Any, n_parameters: Any, engine: Any, max_loaded: Any, output: Any,
+                 progress: Any, force: Any, distributed: Any,
+                 executor: Any) -> tuple[tuple[Any, ...], Budget, EngineOptions, list[str] | None]:
+    """Every argument of :func:`sweep` checked, nothing read or written (scipy's ``_bootstrap_iv`` shape): returns
+    the models resolved, the budget, the engine options and the datasets. What needs the reference (a model it
+    lacks, the budget against the plan's first look, the aggregate on it) is checked once it is read, before the
+    run folder is touched."""
+    check_distributed(distributed)
+    if executor is not None and not isinstance(executor, Executor):
+        raise InputError(f"must have a serve(round_, scorers) method, got {type(executor).__name__}", field="executor")
+    engine_ = engine_options(engine)
+    check_n_parameters(n_parameters)
+    check_seed(seed)
+    check_output(output)
+    if max_loaded is not None:
+        check_count(max_loaded, field="--max-loaded")
+    budget_ = _budget(budget, n_parameters)
+    resolved = resolve_models(models)
+    for model in resolved:
+        if isinstance(model, LoadedModel):
+            check_sharded_placement(model.model, distributed)
+    check_reference_arg(reference)
+    check_plan_arg(plan)
+    check_pool_options(aggregate, missing)
+    datasets_ = None if datasets is None else list(name_list(datasets, field="--datasets", what="dataset"))
+    if low_rank is not None:
+        check_count(low_rank, field="--low-rank")
+    check_progress(progress)
+    check_flag(force, field="force")
+    return resolved, budget_, engine_, datasets_
 
 
 def sweep(
@@ -149,22 +183,12 @@ def sweep(
     caller's default group makes this same call, the work is split across them and every process gets the same
     result (refused in one line when no group is initialised). Live checkpoints only: only the main process writes the run folder; every process returns the same result. A replay sweep runs nothing and no collective in either mode.
     """
-    check_distributed(distributed)
-    if executor is not None and not isinstance(executor, Executor):
-        raise InputError(f"must have a serve(round_, scorers) method, got {type(executor).__name__}", field="executor")
-    engine = engine_options(engine)
-    check_n_parameters(n_parameters)
-    check_seed(seed)
-    check_output(output)
-    if max_loaded is not None:
-        check_count(max_loaded, field="--max-loaded")
-    budget = _budget(budget, n_parameters)
-    resolved = resolve_models(models)
+    resolved, budget, engine, datasets = _check_sweep(
+        models, reference, budget=budget, plan=plan, seed=seed, aggregate=aggregate, missing=missing,
+        datasets=datasets, low_rank=low_rank, n_parameters=n_parameters, engine=engine, max_loaded=max_loaded,
+        output=output, progress=progress, force=force, distributed=distributed, executor=executor)  # before any I/O
     plan_ = resolve_plan(plan)
     n_params = None if n_parameters is None else int(n_parameters)
-    datasets = None if datasets is None else list(name_list(datasets, field="--datasets", what="dataset"))
-    if low_rank is not None:
-        check_count(low_rank, field="--low-rank")
     report = Reporter(progress)
     if output is not None:
         check_replace(Path(output) / RECORD_FILE, kind="sweep", force=force)

@@ -27,7 +27,7 @@ from flasheval.api.progress import Progress, ProgressCallback, Reporter, check_p
 from flasheval.api.resolve import resolve_reference
 from flasheval.api.resolve import PLACE_KEYWORDS
 from flasheval.api.runs import check_checkpoint_args, place_checkpoint, run_folder_path
-from flasheval.checks import check_keywords
+from flasheval.checks import check_flag, check_keywords
 from flasheval.errors import FlashevalError, InputError
 from flasheval.runs.checkpoint_scan import FoundCheckpoint, examine_checkpoint, find_checkpoints
 from flasheval.runs.folder import RUN_FILE, RunHistory, placed_steps, read_run
@@ -319,8 +319,7 @@ def watch(directory: str | Path, *, reference: Any, run: str | Path | None = Non
     """
     poll = _seconds(poll_seconds, "--poll", positive=True)
     settle = _seconds(settle_seconds, "--settle", positive=False)
-    if not isinstance(once, bool):
-        raise InputError(f"must be True or False, got {once!r}", field="once")
+    check_flag(once, field="once")
     check_progress(progress)
     folder = _check_options(directory, place_kwargs, retries, reference=reference, run=run)
     run_dir = folder / DEFAULT_RUN_DIR if run is None else run_folder_path(run)

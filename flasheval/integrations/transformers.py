@@ -268,14 +268,11 @@ def _refuse_sharded(trainer: Any) -> None:
     parameters from every process, as DeepSpeed ZeRO-3 does), so process zero alone would wait forever for the
     others. Sharded: the Trainer is set to wrap it in FSDP or ZeRO-3, or the model it holds is sharded already
     (:func:`~flasheval.engine.hf.in_memory.is_sharded` of it, unwrapped as the engine unwraps it)."""
-    from flasheval.engine.hf.in_memory import is_sharded, unwrap
+    from flasheval.engine.hf.in_memory import check_sharded_placement, unwrap
 
     plugin = trainer.accelerator.state.deepspeed_plugin if trainer.is_deepspeed_enabled else None
     zero3 = plugin is not None and plugin.zero_stage == 3
-    if trainer.is_fsdp_enabled or zero3 or is_sharded(unwrap(trainer.model_wrapped)[0]):
-        raise InputError("'main' places on process zero alone, but the model is sharded (FSDP or DeepSpeed ZeRO-3: "
-                         "each forward pass runs on every process together): give distributed=\"all\" (every "
-                         "process places, in lockstep)", field="distributed")
+    check_sharded_placement(unwrap(trainer.model_wrapped)[0], "main", sharded=trainer.is_fsdp_enabled or zero3)
 
 
 def _note_waiting() -> None:

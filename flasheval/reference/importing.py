@@ -49,7 +49,7 @@ from flasheval.reference.long_table import LONG_COLUMNS, scan_long_table
 from flasheval.reference.matrices import to_frame
 from flasheval.reference.writing import WrittenReference, write_scores
 
-__all__ = ["IMPORT_FORMATS", "ImportedReference", "import_reference", "read_long_parquet", "read_lm_eval_samples",
+__all__ = ["IMPORT_FORMATS", "ImportedReference", "check_import_options", "import_reference", "read_long_parquet", "read_lm_eval_samples",
            "read_lm_eval_settings"]
 
 IMPORT_FORMATS: tuple[str, ...] = ("long-parquet", "lm-eval-samples")
@@ -122,7 +122,12 @@ class ImportedReference:
     """lm-eval: why no settings were recorded."""
 
 
-def _check_options(source_format: str, suite: str | None, include_path: str | None) -> None:
+def check_import_options(source_path: object, source_format: object, suite: object, include_path: object) -> None:
+    """The source's path and format, and the options that apply to one format only, checked before anything is
+    read (:func:`flasheval.import_reference` calls it before it reads a baselines file)."""
+    if not isinstance(source_path, (str, os.PathLike)) or not str(source_path).strip():
+        raise InputError(f"expected the path of a parquet file or lm-eval output folder, got {source_path!r}",
+                         field="SOURCE")
     if source_format not in IMPORT_FORMATS:
         raise UnknownNameError("import format", source_format, IMPORT_FORMATS, field="--format")
     for option, value, applies in (("--suite", suite, "long-parquet"), ("--include-path", include_path,
@@ -163,12 +168,9 @@ def import_reference(source_path: str | os.PathLike[str], *, source_format: str,
     The other parameters go to the manifest. Peak memory is about the float32 score matrices twice (the
     import and the written reference read back once) plus one batch or one model's logs.
     """
-    _check_options(source_format, suite, include_path)
+    check_import_options(source_path, source_format, suite, include_path)
     check_name(name, what="reference name")
     check_output(output, field="--output")
-    if not isinstance(source_path, (str, os.PathLike)) or not str(source_path).strip():
-        raise InputError(f"expected the path of a parquet file or lm-eval output folder, got {source_path!r}",
-                         field="SOURCE")
     out = references_root(output) / name
     if (out / MANIFEST_FILE).exists() and not force:
         raise InputError("reference already exists (use --force to overwrite)", path=out)

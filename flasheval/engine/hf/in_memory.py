@@ -39,7 +39,7 @@ from typing import Any
 from flasheval.engine.hf.fingerprint import RunSettings
 from flasheval.errors import InputError
 
-__all__ = ["LoadedModel", "is_transformers_model", "is_torch_module", "unwrap", "check_model", "is_sharded",
+__all__ = ["LoadedModel", "is_transformers_model", "is_torch_module", "unwrap", "check_model", "is_sharded", "check_sharded_placement",
            "no_grad", "scoring_mode", "in_memory_fingerprint"]
 
 
@@ -209,6 +209,17 @@ def is_sharded(model: Any) -> bool:
         return True
     parameters = model.parameters() if callable(getattr(model, "parameters", None)) else ()
     return any(type(p).__name__ == "DTensor" or hasattr(p, "ds_id") for p in parameters)
+
+
+def check_sharded_placement(model: Any, distributed: str, *, sharded: bool = False) -> None:
+    """Refuse ``distributed="main"`` for a sharded model (:func:`is_sharded`, or ``sharded``: a framework set to
+    shard it): its forward passes are collective (FSDP gathers the parameters from every process, as DeepSpeed
+    ZeRO-3 does), so the main process alone would wait forever for the others. The one rule for ``place``,
+    ``place_checkpoint``, ``sweep``, ``evaluate`` and the Trainer callback, checked before anything is written."""
+    if distributed == "main" and (sharded or is_sharded(model)):
+        raise InputError("'main' places on process zero alone, but the model is sharded (FSDP or DeepSpeed ZeRO-3: "
+                         "each forward pass runs on every process together): give distributed=\"all\" (every "
+                         "process places, in lockstep)", field="distributed")
 
 
 def no_grad(model: Any) -> Any:
