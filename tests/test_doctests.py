@@ -74,7 +74,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.report.html": 2,
     "flasheval.report.markdown": 2,
     "flasheval.report.rank_figure": 1,
-    "flasheval.report.run_section": 9,
+    "flasheval.report.run_section": 12,
     "flasheval.stats.bootstrap": 12,
     "flasheval.stats.control_variate": 3,
     "flasheval.stats.dior": 16,

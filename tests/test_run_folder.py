@@ -40,6 +40,9 @@ def test_every_placement_lands_in_the_run_folder_and_reads_back_by_step(run_dir)
         assert checkpoint.n_examples == alone.placement.compute.n_examples
         assert checkpoint.full_examples == alone.placement.compute.full_examples
         assert read_record(checkpoint.record_path).payload == json.loads(json.dumps(alone.to_json()))
+        assert checkpoint.placement == alone.placement  # the whole result, every stage, read back from the record
+        assert (checkpoint.status, checkpoint.n_models, checkpoint.n_tokens) == (
+            alone.placement.status, alone.placement.n_models, alone.placement.compute.n_tokens)
     plan = flasheval.load_plan("default").for_pool(flasheval.load_reference("helm_lite").n_models)
     assert [t.first for t in history.tiers] == [t.first for t in plan.tiers]
     assert history.settings["seed"] == 0 and history.simultaneous is None and history.confidence_level == 0.95

@@ -316,7 +316,9 @@ class Controller:
                        flops=forward_flops(p, n_tokens), full_flops=forward_flops(p, full_tokens))
 
     def result(self) -> PlacementResult:
-        """The placement: the last look's rank, interval and tier (or none, when no stage ran)."""
+        """The one result of a placement (``place`` returns it, a sweep's checkpoint holds it): the last look's rank,
+        interval and tier (none before a look); the status the controller ended in (an active one: ``unresolved
+        at budget``, as a driver halts one it stops stepping)."""
         c, last = self.course, (self.records[-1] if self.records else None)
         n_total = c.reference.n_models + 1
         return PlacementResult(

@@ -9,14 +9,19 @@ live placement's :class:`Timing`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from flasheval.errors import InputError
+from flasheval.records.schemas import check_payload
 
 __all__ = ["Budget", "Decision", "StageRecord", "Compute", "Timing", "PlacementResult", "STATUSES"]
 
-STATUSES: tuple[str, ...] = ("resolved", "unresolved at budget")
+STATUSES: tuple[str, ...] = ("resolved", "clearly low", "unresolved at budget")
+"""How a placement ended: its stop rule stopped it; racing stopped it (a sweep's checkpoint whose interval lies at or
+below the racing rank, :attr:`~flasheval.placement.controller.Course.low_rank`); or the budget could not pay for
+its next look."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,11 +232,12 @@ class PlacementResult:
     plan: str
     seed: int
     status: str
-    """``resolved`` or ``unresolved at budget``."""
+    """One of :data:`STATUSES`: ``resolved``, ``clearly low`` (racing, in a sweep) or ``unresolved at budget``."""
     reason: str
     rank: int | None
-    """Placed rank among the ``n_models + 1`` (``None`` if the budget allowed no stage)."""
+    """Placed rank among the ``n_models + 1``: the last look's (``None`` if the budget allowed no stage)."""
     interval: tuple[int, int]
+    """The last look's interval (``(1, n_models + 1)`` if the budget allowed no stage)."""
     confidence_level: float
     """Overall level of the interval (the plan's), whatever the per-look level."""
     tier: str | None
@@ -249,3 +255,33 @@ class PlacementResult:
         out["compute"]["example_saving"] = self.compute.example_saving
         out["compute"]["token_saving"] = self.compute.token_saving
         return out
+
+    @classmethod
+    def from_json(cls, payload: Mapping[str, Any]) -> PlacementResult:
+        """The result a ``place`` record's payload holds: the inverse of :meth:`to_json`.
+
+        Keys :meth:`to_json` derives (``compute.saving``, ``example_saving``, ``token_saving``) and those the
+        record adds beside the result (``aggregate``, ``timing``, ``live``, ``leaderboard``, ...) are ignored;
+        numbers are kept as the record holds them. Compute's token and FLOPs counts, optional in the ``place``
+        schema, are ``None`` when absent.
+
+        Raises
+        ------
+        InputError
+            The payload does not fit the ``place`` schema (:mod:`flasheval.records.schemas`): one line naming
+            the field.
+        """
+        check_payload("place", payload if isinstance(payload, dict) else dict(payload), path=None)
+        stages = tuple(StageRecord(
+            stage=s["stage"], stage_size=s["stage_size"], n_examples=tuple(s["n_examples"]), rank=s["rank"],
+            mid_rank=s["mid_rank"], interval=(s["interval"][0], s["interval"][1]),
+            confidence_level=s["confidence_level"], tier=s["tier"], resolution=s["resolution"],
+            decision=s["decision"], reason=s["reason"]) for s in payload["stages"])
+        c = payload["compute"]
+        compute = Compute(n_examples=c["n_examples"], full_examples=c["full_examples"], n_tokens=c.get("n_tokens"),
+                          full_tokens=c.get("full_tokens"), flops=c.get("flops"), full_flops=c.get("full_flops"))
+        low, high = payload["interval"]
+        return cls(model_id=payload["model_id"], reference=payload["reference"], plan=payload["plan"],
+                   seed=payload["seed"], status=payload["status"], reason=payload["reason"], rank=payload["rank"],
+                   interval=(low, high), confidence_level=payload["confidence_level"], tier=payload["tier"],
+                   resolution=payload["resolution"], n_models=payload["n_models"], stages=stages, compute=compute)

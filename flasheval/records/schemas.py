@@ -129,8 +129,9 @@ _PLACE = {
     "rank": "int|null", "interval": "pair", "confidence_level": "number", "tier": "str|null",
     "resolution": "int|null", "n_models": "int", "aggregate?": "str|null", "full_data_rank?": "int|null",
     "stages": "list", "stages[]": "object", "stages[].stage": "int", "stages[].stage_size": "int|null",
-    "stages[].n_examples": "ints", "stages[].rank": "int", "stages[].interval": "pair",
-    "stages[].confidence_level": "number", "stages[].decision": "str", "stages[].reason": "str",
+    "stages[].n_examples": "ints", "stages[].rank": "int", "stages[].mid_rank": "number", "stages[].interval": "pair",
+    "stages[].confidence_level": "number", "stages[].tier": "str", "stages[].resolution": "int",
+    "stages[].decision": "str", "stages[].reason": "str", "compute.full_flops?": "number|null",
     **_COMPUTE, "neighbours?": "strs|null", "leaderboard?": "list|null", "leaderboard[]": "entry",
     "timing?": "object|null", **{f"timing.{k}": "number" for k in (
         "wall_seconds", "load_seconds", "scoring_seconds", "outside_model_seconds", "looks_seconds")},

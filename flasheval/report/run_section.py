@@ -70,10 +70,14 @@ def tier_text(c: RunCheckpoint, tiers: Sequence[Tier]) -> str:
     >>> from flasheval.placement.tiers import Tier
     >>> plan = (Tier(first=1, last=1, resolution=0), Tier(first=2, last=4, resolution=1),
     ...         Tier(first=5, last=9, resolution=2))
-    >>> c = RunCheckpoint(step=1, model_id="m", rank=1, interval=(1, 5), confidence_level=0.95, tier="1",
-    ...                   status="unresolved at budget", n_examples=1, full_examples=2, n_tokens=None, full_tokens=None,
-    ...                   seconds=None, record_path=Path("p"), n_models=5)
-    >>> tier_text(c, plan), tier_text(replace(c, rank=6, interval=(6, 6), tier="5-9", status="resolved"), plan)
+    >>> from flasheval.placement.results import Compute, PlacementResult
+    >>> placed = PlacementResult(model_id="m", reference="r", plan="p", seed=0, status="unresolved at budget",
+    ...                          reason="", rank=1, interval=(1, 5), confidence_level=0.95, tier="1", resolution=0,
+    ...                          n_models=5, stages=(), compute=Compute(n_examples=1, full_examples=2, n_tokens=None,
+    ...                                                                 full_tokens=None, flops=None, full_flops=None))
+    >>> c = RunCheckpoint(step=1, placement=placed, record_path=Path("p"))
+    >>> resolved = replace(placed, rank=6, interval=(6, 6), tier="5-9", status="resolved")
+    >>> tier_text(c, plan), tier_text(replace(c, placement=resolved), plan)
     ('1 to 5-6 (unresolved)', '5-6')
     """
     if c.rank is None or c.tier is None:

@@ -31,6 +31,7 @@ from typing import Any
 from flasheval.engine.store.shards import FOLDER_LOCK, lock_folder
 from flasheval.checks import check_name
 from flasheval.errors import InputError
+from flasheval.placement.results import PlacementResult
 from flasheval.placement.tiers import Tier
 from flasheval.records.run_record import RunRecord, read_record, write_record
 
@@ -52,34 +53,73 @@ SETTINGS = ("reference", "plan", "simultaneous", "confidence_level", "seed", "dt
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCheckpoint:
-    """One checkpoint of a run as its ``place`` record holds it."""
+    """One checkpoint of a run: its placement, read back from its ``place`` record, and what is the run's own.
+
+    The placement's fields a run's reader wants most (``model_id``, ``rank``, ``interval``, ``confidence_level``,
+    ``tier``, ``status``, ``n_models``; ``n_examples``, ``full_examples``, ``n_tokens``, ``full_tokens`` of its
+    compute) are read-only properties reading :attr:`placement`; the rest is ``checkpoint.placement.X``.
+    """
 
     step: int
-    model_id: str
-    """The model id placed (in-memory: the identity, ``RUN/step-N``; a spec: its name)."""
-    rank: int | None
-    interval: tuple[int, int]
-    confidence_level: float
-    """Confidence level of the interval (the run's plan, split over the run when ``simultaneous``)."""
-    tier: str | None
-    status: str
-    """``resolved`` or ``unresolved at budget``."""
-    n_examples: int
-    full_examples: int
-    """Examples of a full run of the reference's datasets."""
-    n_tokens: int | None
-    full_tokens: float | None
-    seconds: float | None
+    placement: PlacementResult
+    """The placement (:meth:`PlacementResult.from_json <flasheval.placement.results.PlacementResult.from_json>` of
+    the record; ``model_id``: in-memory, the identity ``RUN/step-N``; a spec: its name; ``confidence_level``: the
+    run's plan's, split over the run when ``simultaneous``)."""
+    record_path: Path
+    seconds: float | None = None
     """Wall seconds of the placement's own work (``None`` for a replayed model); the process's one-time start-up
     is :attr:`import_seconds` (records written before it was measured apart count it here)."""
-    record_path: Path
     fingerprint: str | None = None
     """What keyed its results (live models; ``None`` for a replayed one)."""
-    n_models: int = 0
-    """Reference models in the pool it was placed among (ranks run from 1 to ``n_models + 1``)."""
     import_seconds: float | None = None
     """Seconds the placement spent importing modules for the first time in its process (torch, transformers,
     the model's architecture: the first placement of a process pays them; ``None``: not in the record)."""
+
+    @property
+    def model_id(self) -> str:
+        return self.placement.model_id
+
+    @property
+    def rank(self) -> int | None:
+        return self.placement.rank
+
+    @property
+    def interval(self) -> tuple[int, int]:
+        return self.placement.interval
+
+    @property
+    def confidence_level(self) -> float:
+        return self.placement.confidence_level
+
+    @property
+    def tier(self) -> str | None:
+        return self.placement.tier
+
+    @property
+    def status(self) -> str:
+        return self.placement.status
+
+    @property
+    def n_models(self) -> int:
+        """Reference models in the pool it was placed among (ranks run from 1 to ``n_models + 1``)."""
+        return self.placement.n_models
+
+    @property
+    def n_examples(self) -> int:
+        return self.placement.compute.n_examples
+
+    @property
+    def full_examples(self) -> int:
+        """Examples of a full run of the reference's datasets."""
+        return self.placement.compute.full_examples
+
+    @property
+    def n_tokens(self) -> int | None:
+        return self.placement.compute.n_tokens
+
+    @property
+    def full_tokens(self) -> float | None:
+        return self.placement.compute.full_tokens
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,21 +239,17 @@ def record_fingerprint(payload: Mapping[str, Any]) -> str:
 def _checkpoint(step: int, path: Path) -> RunCheckpoint:
     """Step ``step``'s record as a :class:`RunCheckpoint` (every field's type: the place kind's schema)."""
     p = _record(path, "place").payload
-    compute, timing, live = p["compute"], p.get("timing"), p.get("live")
+    timing, live = p.get("timing"), p.get("live")
     seconds = imports = None
     if isinstance(timing, Mapping):
         seconds, imports = timing.get("wall_seconds"), timing.get("import_seconds")
     elif isinstance(live, Mapping):
         seconds = live.get("seconds")
-    low, high = p["interval"]
     return RunCheckpoint(
-        step=step, model_id=p["model_id"], rank=p["rank"], interval=(low, high),
-        confidence_level=float(p["confidence_level"]), tier=p["tier"], status=p["status"],
-        n_examples=compute["n_examples"], full_examples=compute["full_examples"],
-        n_tokens=compute.get("n_tokens"), full_tokens=compute.get("full_tokens"),
-        seconds=None if seconds is None else float(seconds), record_path=path,
+        step=step, placement=PlacementResult.from_json(p), record_path=path,
+        seconds=None if seconds is None else float(seconds),
         fingerprint=live.get("fingerprint") if isinstance(live, Mapping) else None,
-        n_models=p["n_models"], import_seconds=None if imports is None else float(imports))
+        import_seconds=None if imports is None else float(imports))
 
 
 def read_run(run: str | os.PathLike[str]) -> RunHistory:

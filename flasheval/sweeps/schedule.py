@@ -41,12 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from flasheval.engine.throughput import forward_flops
 from flasheval.errors import BackendError, InputError
 from flasheval.hashing import derive_seed
 from flasheval.placement.controller import Controller, by_dataset, course
 from flasheval.placement.looks import first_look, for_budget, look_plan
-from flasheval.placement.results import Budget
+from flasheval.placement.results import STATUSES, Budget, PlacementResult
 from flasheval.reference.scoring.scorers import ExampleScorer
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
@@ -62,44 +61,107 @@ __all__ = ["SweepStage", "CheckpointResult", "OrderEntry", "SweepResult", "sweep
 
 logger = logging.getLogger(__name__)
 
-STATUSES: tuple[str, ...] = ("resolved", "clearly low", "unresolved at budget")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SweepStage:
-    """One look at one checkpoint."""
+    """One look at one checkpoint (made from the placement's :class:`~flasheval.placement.results.StageRecord`)."""
 
     round: int
     stage_size: int | None
     n_examples: int
     """Examples scored so far for this checkpoint (all datasets)."""
     rank: int
+    """The look's placement (:attr:`StageRecord.rank <flasheval.placement.results.StageRecord.rank>`)."""
     interval: tuple[int, int]
     confidence_level: float
 
 
+_CHECKPOINT_KEYS = ("model_id", "status", "reason", "rank", "interval", "tier", "resolution", "n_examples", "n_tokens",
+                    "flops", "saving", "rounds", "per_dataset")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointResult:
-    """Where one checkpoint landed and what it cost."""
+    """Where one checkpoint landed and what it cost: its controller's placement and what only the sweep knows.
 
-    model_id: str
-    status: str
-    """One of :data:`STATUSES`."""
-    reason: str
-    rank: int | None
-    interval: tuple[int, int]
-    tier: str | None
-    resolution: int | None
-    n_examples: int
-    n_tokens: int | None
-    flops: float | None
-    saving: float
-    """Full-run examples of this checkpoint divided by the examples it got."""
-    rounds: int
-    """Rounds in which it was scored."""
+    The placement's own fields (``model_id``, ``status``, ``reason``, ``rank``, ``interval``, ``tier``,
+    ``resolution``, ``n_examples``, ``n_tokens``, ``flops``) are read-only properties reading :attr:`placement`.
+    """
+
+    placement: PlacementResult
+    """The checkpoint's placement (:meth:`Controller.result <flasheval.placement.controller.Controller.result>`)."""
+    look_rounds: tuple[int, ...]
+    """The round of each of its looks (one per :attr:`PlacementResult.stages`)."""
     per_dataset: tuple[int, ...]
     """Examples scored per dataset (a prefix of the shared order)."""
-    stages: tuple[SweepStage, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.look_rounds) != len(self.placement.stages):
+            raise ValueError(f"{len(self.look_rounds)} rounds for {len(self.placement.stages)} looks")
+
+    @property
+    def model_id(self) -> str:
+        return self.placement.model_id
+
+    @property
+    def status(self) -> str:
+        """One of :data:`STATUSES`."""
+        return self.placement.status
+
+    @property
+    def reason(self) -> str:
+        return self.placement.reason
+
+    @property
+    def rank(self) -> int | None:
+        return self.placement.rank
+
+    @property
+    def interval(self) -> tuple[int, int]:
+        return self.placement.interval
+
+    @property
+    def tier(self) -> str | None:
+        return self.placement.tier
+
+    @property
+    def resolution(self) -> int | None:
+        return self.placement.resolution
+
+    @property
+    def n_examples(self) -> int:
+        return self.placement.compute.n_examples
+
+    @property
+    def n_tokens(self) -> int | None:
+        return self.placement.compute.n_tokens
+
+    @property
+    def flops(self) -> float | None:
+        return self.placement.compute.flops
+
+    @property
+    def saving(self) -> float:
+        """Full-run examples of this checkpoint divided by the examples it got (tokens not counted)."""
+        return self.placement.compute.example_saving
+
+    @property
+    def rounds(self) -> int:
+        """Rounds in which it was scored (one look per round)."""
+        return len(self.look_rounds)
+
+    @property
+    def stages(self) -> tuple[SweepStage, ...]:
+        """Each look, with its round."""
+        return tuple(SweepStage(round=r, stage_size=s.stage_size, n_examples=sum(s.n_examples), rank=s.rank,
+                                interval=s.interval, confidence_level=s.confidence_level)
+                     for r, s in zip(self.look_rounds, self.placement.stages))
+
+    def to_json(self) -> dict[str, Any]:
+        """The sweep record's entry for this checkpoint."""
+        out = {k: getattr(self, k) for k in _CHECKPOINT_KEYS}
+        out["interval"], out["per_dataset"] = list(self.interval), list(self.per_dataset)
+        out["stages"] = [{**asdict(s), "interval": list(s.interval)} for s in self.stages]
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,7 +212,7 @@ class SweepResult:
         out = {k: getattr(self, k) for k in ("reference", "plan", "seed", "aggregate", "budget", "n_models", "low_rank",
                                              "n_rounds", "n_computed", "truth")}
         out["tier_boundaries"] = list(self.tier_boundaries)
-        out["checkpoints"] = [asdict(c) for c in self.checkpoints]
+        out["checkpoints"] = [c.to_json() for c in self.checkpoints]
         out["order"] = [asdict(o) for o in self.order]
         out["compute"] = {"n_examples": self.n_examples, "full_examples": self.full_examples, "saving": self.saving,
                           "median_saving": self.median_saving}
@@ -170,7 +232,7 @@ def check_sweep_budget(budget: Budget, plan: TierPlan, reference: ReferenceLeade
 
 
 def _serve(state: list[Controller], planned: Round, scorers: dict[str, ExampleScorer], executor: Executor,
-           looked: dict[str, list[tuple[int, int]]]) -> None:
+           looked: dict[str, list[int]]) -> None:
     """Have ``executor`` serve the round, then feed each planned controller its scores, in the round's order."""
     answers = executor.serve(planned, scorers)
     if len(answers) != len(planned.requests):
@@ -182,7 +244,7 @@ def _serve(state: list[Controller], planned: Round, scorers: dict[str, ExampleSc
         c = by_id[request.model_id]
         stage = c.next_stage()  # the look planned: the controller has not changed since
         c.take(stage, by_dataset(names, stage, answer))  # type: ignore[arg-type]
-        looked[c.model_id].append((planned.number, c.dist.rank))  # type: ignore[union-attr]
+        looked[c.model_id].append(planned.number)
         logger.info("round %d: %s rank %d [%d, %d] after %d examples: %s", planned.number, c.model_id, c.dist.rank,
                     *c.dist.interval, c.n_examples, c.status if not c.active else c.records[-1].reason)
 
@@ -238,23 +300,9 @@ def checkpoint_order(
     return tuple(sorted(out, key=lambda o: (o.rank, o.model_id)))
 
 
-def _result(c: Controller, looked: list[tuple[int, int]]) -> CheckpointResult:
-    """``c``'s outcome; ``looked``: the round and point rank of each of its looks."""
-    sizes, n_total, plan = c.course.sizes, c.course.reference.n_models + 1, c.course.plan
-    placed = c.placed
-    tier = None if placed is None else plan.tier_for(placed)
-    used = c.n_examples
-    n_tokens = c.n_tokens if used else None
-    p = c.n_parameters
-    stages = tuple(SweepStage(round=r, stage_size=s.stage_size, n_examples=sum(s.n_examples), rank=rank,
-                              interval=s.interval, confidence_level=s.confidence_level)
-                   for (r, rank), s in zip(looked, c.records))
-    return CheckpointResult(
-        model_id=c.model_id, status=c.status, reason=c.reason, rank=placed,
-        interval=(1, n_total) if c.dist is None else c.dist.interval, tier=None if tier is None else tier.label,
-        resolution=None if tier is None else tier.resolution, n_examples=used, n_tokens=n_tokens,
-        flops=forward_flops(p, n_tokens),
-        saving=sum(sizes) / max(used, 1), rounds=len(c.records), per_dataset=tuple(c.n), stages=stages)
+def _result(c: Controller, rounds: list[int]) -> CheckpointResult:
+    """``c``'s outcome; ``rounds``: the round of each of its looks."""
+    return CheckpointResult(placement=c.result(), look_rounds=tuple(rounds), per_dataset=tuple(c.n))
 
 
 def sweep(
@@ -307,7 +355,7 @@ def sweep(
     looks = look_plan(reference, for_budget(plan, budget), aggregate, low_rank=low)
     shared = course(reference, plan, seed=seed, looks=looks, aggregate=aggregate, low_rank=low)
     state = [Controller(shared, model_id=m, n_parameters=n_parameters) for m in sorted(scorers)]
-    looked: dict[str, list[tuple[int, int]]] = {c.model_id: [] for c in state}
+    looked: dict[str, list[int]] = {c.model_id: [] for c in state}
     executor = InProcessExecutor() if executor is None else executor
     round_ = 0
     while any(c.active for c in state):
@@ -330,7 +378,7 @@ def sweep(
     return _sweep_result(state, looked, scorers, budget, round_)
 
 
-def _sweep_result(state: list[Controller], looked: dict[str, list[tuple[int, int]]],
+def _sweep_result(state: list[Controller], looked: dict[str, list[int]],
                   scorers: dict[str, ExampleScorer], budget: Budget, n_rounds: int) -> SweepResult:
     shared = state[0].course
     reference, plan = shared.reference, shared.plan

@@ -118,8 +118,24 @@ def test_a_neyman_cost_plan_places_a_model_as_place_does(world):
     assert (swept.rank, swept.interval, swept.tier, swept.status) == (placed.rank, placed.interval, placed.tier,
                                                                       placed.status)
     assert swept.per_dataset == placed.stages[-1].n_examples and swept.n_examples == placed.compute.n_examples
-    assert [(s.n_examples, s.interval, s.confidence_level) for s in swept.stages] == [
-        (sum(s.n_examples), s.interval, s.confidence_level) for s in placed.stages]
+    assert [(s.n_examples, s.rank, s.interval, s.confidence_level) for s in swept.stages] == [
+        (sum(s.n_examples), s.rank, s.interval, s.confidence_level) for s in placed.stages]
+    assert swept.placement == placed  # one result: the sweep's checkpoint holds the controller's, as place returns it
+
+
+def test_a_checkpoints_looks_report_its_placement_and_its_record_is_built_from_it(world):
+    # the stopping look reports the rank the checkpoint is placed at (under the window rule, the rank whose window
+    # holds the interval; the sweep reported the point rank there), as a place record's stages do
+    ref, pool, held = world
+    plan = replace(load_tier_plan("default"), n_resamples=500)
+    result = sweep(pool, _scorers(ref, held), plan, budget=Budget(max_examples=6000), seed=0)
+    resolved = [c for c in result.checkpoints if c.status == "resolved"]
+    assert resolved and all(c.stages[-1].rank == c.rank == c.placement.stages[-1].rank for c in resolved)
+    for c, saved in zip(result.checkpoints, result.to_json()["checkpoints"]):
+        assert saved["rank"] == c.placement.rank and saved["interval"] == list(c.placement.interval)
+        assert saved["saving"] == c.placement.compute.example_saving and saved["rounds"] == len(c.placement.stages)
+        assert [s["round"] for s in saved["stages"]] == list(c.look_rounds) and c.look_rounds == tuple(
+            sorted(set(c.look_rounds)))  # one look per round, rounds increasing
 
 
 def test_a_budget_smaller_than_one_stage_is_refused(world):
