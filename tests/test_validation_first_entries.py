@@ -169,7 +169,7 @@ def test_one_message_per_flag():
     assert check_flag(False, field="x") is False
 
 
-def test_a_sharded_model_with_main_is_refused_by_place_before_anything_is_written(tmp_path):
+def test_a_sharded_model_with_main_is_refused_by_place_before_anything_is_written(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
@@ -183,6 +183,9 @@ def test_a_sharded_model_with_main_is_refused_by_place_before_anything_is_writte
     try:
         fully_shard(model)  # FSDP2: every forward pass gathers the parameters from every process
         assert is_sharded(model)
+        check_sharded_placement(model, "main")  # a group of one process: process zero is every process
+        # the group as two processes report it (a real 2-process job: tests/integrations, _sharded_callback_worker)
+        monkeypatch.setattr("flasheval.engine.hf.in_memory.caller_group", lambda: (2, None))
         out, run = tmp_path / "out", tmp_path / "run"
         assert _refused(lambda: flasheval.place(model, "tiny", tokenizer=tokenizer, output=out), "distributed") \
             == SHARDED

@@ -191,8 +191,10 @@ def check_place(model: Any, *, tokenizer: Any = None, identity: str | None = Non
     """Every argument of :func:`flasheval.place` checked, in one line naming the first bad one; nothing is read.
 
     ``options``: :func:`flasheval.place`'s other keywords (an unknown one is a ``TypeError``, as it is for
-    ``place``; :func:`flasheval.place_checkpoint` refuses it by name first).
+    ``place``; :func:`flasheval.place_checkpoint` refuses it by name first). How the processes take part
+    (``distributed``) is checked first, before the model's files are looked for, as at every entry.
     """
+    check_distributed(options.get("distributed", "main"))
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity)
     return check_place_options(resolved, **options)
 

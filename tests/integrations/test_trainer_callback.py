@@ -163,7 +163,14 @@ def one_process_group(tmp_path):
     dist.destroy_process_group()
 
 
-def test_an_fsdp1_model_is_placed_through_its_wrapper(world, tmp_path, one_process_group):
+@pytest.fixture
+def two_processes(monkeypatch):
+    """The refusal of a sharded model under "main" as a group of two processes sees it (a group of one is not
+    refused: its process zero is every process); the real 2-process job is ``_sharded_callback_worker``."""
+    monkeypatch.setattr("flasheval.engine.hf.in_memory.caller_group", lambda: (2, None))
+
+
+def test_an_fsdp1_model_is_placed_through_its_wrapper(world, tmp_path, one_process_group, two_processes):
     # Under FSDP1 the Trainer holds the FullyShardedDataParallel wrapper as its model and model_wrapped (the callback
     # handler's model= is the bare module inside, whose parameters the wrapper manages). The engine's unwrap keeps the
     # wrapper as the runner (it gathers the parameters): every forward pass of the placement goes through it, where
@@ -196,7 +203,7 @@ def test_an_fsdp1_model_is_placed_through_its_wrapper(world, tmp_path, one_proce
 
 
 def test_a_sharded_model_with_main_is_refused_when_made_and_when_training_begins(world, tmp_path,
-                                                                                  one_process_group):
+                                                                                  one_process_group, two_processes):
     # FSDP2 (fully_shard: parameters become DTensors, every forward pass gathers them from every process): process
     # zero cannot place it alone. Refused when the callback is made if the Trainer's model is sharded then or the
     # Trainer is set to shard it (FSDP through accelerate), and as training begins (on every process alike, before

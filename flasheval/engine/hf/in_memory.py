@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from flasheval.engine.coordination.process_group import caller_group
 from flasheval.engine.hf.fingerprint import RunSettings
 from flasheval.errors import InputError
 
@@ -215,8 +216,10 @@ def check_sharded_placement(model: Any, distributed: str, *, sharded: bool = Fal
     """Refuse ``distributed="main"`` for a sharded model (:func:`is_sharded`, or ``sharded``: a framework set to
     shard it): its forward passes are collective (FSDP gathers the parameters from every process, as DeepSpeed
     ZeRO-3 does), so the main process alone would wait forever for the others. The one rule for ``place``,
-    ``place_checkpoint``, ``sweep``, ``evaluate`` and the Trainer callback, checked before anything is written."""
-    if distributed == "main" and (sharded or is_sharded(model)):
+    ``place_checkpoint``, ``sweep``, ``evaluate`` and the Trainer callback, checked before anything is written.
+    A group of one process (or none) is not refused: there, process zero is every process."""
+    group = caller_group()
+    if distributed == "main" and group is not None and group[0] > 1 and (sharded or is_sharded(model)):
         raise InputError("'main' places on process zero alone, but the model is sharded (FSDP or DeepSpeed ZeRO-3: "
                          "each forward pass runs on every process together): give distributed=\"all\" (every "
                          "process places, in lockstep)", field="distributed")
