@@ -94,6 +94,9 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to
     from flasheval.analysis.dior import DiorReport
     from flasheval.stats.dior import DiorSummary
     from flasheval.stats.dior_pool import LeaderChange
+    from flasheval.engine.base import Backend, BackendInfo
+    from flasheval.sweeps.executor import Executor, InProcessExecutor
+    from flasheval.sweeps.rounds import Round, RoundRequest
 
 _LAZY: dict[str, tuple[str, str]] = {
     "place": ("flasheval.api", "place"),
@@ -162,6 +165,13 @@ _LAZY: dict[str, tuple[str, str]] = {
     "DiorReport": ("flasheval.analysis.dior", "DiorReport"),
     "DiorSummary": ("flasheval.stats.dior", "DiorSummary"),
     "LeaderChange": ("flasheval.stats.dior_pool", "LeaderChange"),
+    # what the API takes: a backend as the model (place, evaluate, sweep, build_reference, lm_eval), a sweep's executor
+    "Backend": ("flasheval.engine.base", "Backend"),
+    "BackendInfo": ("flasheval.engine.base", "BackendInfo"),
+    "Executor": ("flasheval.sweeps.executor", "Executor"),
+    "InProcessExecutor": ("flasheval.sweeps.executor", "InProcessExecutor"),
+    "Round": ("flasheval.sweeps.rounds", "Round"),
+    "RoundRequest": ("flasheval.sweeps.rounds", "RoundRequest"),
 }
 
 __all__ = [*_LAZY, "FlashevalError", "InputError", "__version__"]
