@@ -2,7 +2,7 @@
 
 A bad aggregate, seed, budget or keyword used to reach ``place()`` only after ``run.json`` was written: the bad
 value became the run's setting and every later correct call was refused. Replayed reference models stand in for
-checkpoints (seconds per placement), as in ``tests/test_run_folder.py``; the watcher is handed them by a stand-in
+checkpoints (seconds per placement), as in ``tests/runs/test_run_folder.py``; the watcher is handed them by a stand-in
 for its folder scan.
 """
 

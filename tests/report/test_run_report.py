@@ -1,7 +1,7 @@
 """``flasheval report RUN``: a training run's folder rendered as rank against step and a table of its checkpoints.
 
 Replayed reference models stand in for the run's checkpoints (seconds, no weights); a live run's report
-(tokens and seconds) is rendered in ``tests/test_watch.py``.
+(tokens and seconds) is rendered in ``tests/runs/test_watch.py``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from flasheval.api.watch import unplaced_checkpoints
 from flasheval.cli import main
 from flasheval.records.run_record import read_record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = {"checkpoint-10": 10, "step-20": 20, "global_step30": 30}
 SEEDS = {"checkpoint-10": 20, "step-20": 21, "global_step30": 22}
 

@@ -1,7 +1,7 @@
 """One record per run: ``place_checkpoint`` into a run folder, ``read_run`` back, settings fixed by the first.
 
 Replayed reference models stand in for checkpoints here (no weights, seconds per placement); the live
-path (in-memory models, a shared results store, the watcher) is tested in ``tests/test_watch.py`` and
+path (in-memory models, a shared results store, the watcher) is tested in ``tests/runs/test_watch.py`` and
 ``tests/test_api_docs.py``.
 """
 

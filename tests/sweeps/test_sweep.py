@@ -15,7 +15,7 @@ from flasheval.sweeps.schedule import sweep
 from flasheval.sweeps.folder import open_run_folder
 from flasheval.placement.tiers import load_tier_plan
 from flasheval.records.run_record import read_record
-from tests.placement._run_folder_worker import SWEEP_CONFIG, sweep_world
+from tests.sweeps._run_folder_worker import SWEEP_CONFIG, sweep_world
 
 
 @pytest.fixture(scope="module")

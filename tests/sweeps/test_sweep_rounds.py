@@ -17,7 +17,7 @@ from flasheval.sweeps.executor import Executor, InProcessExecutor
 from flasheval.sweeps.folder import open_run_folder
 from flasheval.sweeps.rounds import Round, RoundRequest, plan_round
 from flasheval.sweeps.schedule import sweep
-from tests.placement._run_folder_worker import SWEEP_CONFIG, sweep_world
+from tests.sweeps._run_folder_worker import SWEEP_CONFIG, sweep_world
 
 
 @pytest.fixture(scope="module")
