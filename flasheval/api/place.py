@@ -29,7 +29,7 @@ from flasheval.placement.controller import plan_looks
 from flasheval.reference.scoring.live import prepare_scoring
 from flasheval.reference.scoring.replay import ReplayScorer
 from flasheval.placement.import_clock import current_clock, timing_imports
-from flasheval.placement.results import Budget, PlacementResult, StageRecord, Timing
+from flasheval.placement.results import Budget, Placed, PlacementResult, StageRecord, Timing
 from flasheval.placement.tiers import TierPlan
 from flasheval.placement.looks import first_look
 from flasheval.records.run_record import prepare_output, write_record
@@ -74,7 +74,7 @@ class LivePlacement:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
-class PlaceRun:
+class PlaceRun(Placed):
     """What :func:`place` returns: the placement, and what was run to get it."""
 
     placement: PlacementResult
@@ -92,15 +92,6 @@ class PlaceRun:
     neighbours: tuple[str, ...] = ()
     """The reference models the placed model cannot be told from: those at positions ``lo .. hi - 1`` of the
     pool's full-data ranking, its order against each left open by its interval (none: its rank is exact)."""
-
-    @property
-    def rank(self) -> int | None:
-        """The rank placed (``None`` only when no stage ran within the budget)."""
-        return self.placement.rank
-
-    @property
-    def interval(self) -> tuple[int, int]:
-        return self.placement.interval
 
     def to_json(self) -> dict[str, Any]:
         """The record's payload (``place.json``)."""

@@ -16,7 +16,7 @@ from typing import Any
 from flasheval.errors import InputError
 from flasheval.records.schemas import check_payload
 
-__all__ = ["Budget", "Decision", "StageRecord", "Compute", "Timing", "PlacementResult", "STATUSES"]
+__all__ = ["Budget", "Decision", "StageRecord", "Compute", "Timing", "PlacementResult", "Placed", "STATUSES"]
 
 STATUSES: tuple[str, ...] = ("resolved", "clearly low", "unresolved at budget")
 """How a placement ended: its stop rule stopped it; racing stopped it (a sweep's checkpoint whose interval lies at or
@@ -285,3 +285,72 @@ class PlacementResult:
                    seed=payload["seed"], status=payload["status"], reason=payload["reason"], rank=payload["rank"],
                    interval=(low, high), confidence_level=payload["confidence_level"], tier=payload["tier"],
                    resolution=payload["resolution"], n_models=payload["n_models"], stages=stages, compute=compute)
+
+
+class Placed:
+    """What holds a placement (``placement``: a :class:`PlacementResult`) reads its outcome through these: a sweep's
+    checkpoint, a run's checkpoint, a ``place`` run. One definition of each, read-only (replace ``placement`` to
+    change one)."""
+
+    __slots__ = ()
+    placement: PlacementResult
+
+    @property
+    def model_id(self) -> str:
+        return self.placement.model_id
+
+    @property
+    def status(self) -> str:
+        """One of :data:`STATUSES`."""
+        return self.placement.status
+
+    @property
+    def reason(self) -> str:
+        return self.placement.reason
+
+    @property
+    def rank(self) -> int | None:
+        """The rank placed (``None`` only when no stage ran within the budget)."""
+        return self.placement.rank
+
+    @property
+    def interval(self) -> tuple[int, int]:
+        return self.placement.interval
+
+    @property
+    def confidence_level(self) -> float:
+        return self.placement.confidence_level
+
+    @property
+    def tier(self) -> str | None:
+        return self.placement.tier
+
+    @property
+    def resolution(self) -> int | None:
+        return self.placement.resolution
+
+    @property
+    def n_models(self) -> int:
+        """Reference models in the pool it was placed among (ranks run from 1 to ``n_models + 1``)."""
+        return self.placement.n_models
+
+    @property
+    def n_examples(self) -> int:
+        return self.placement.compute.n_examples
+
+    @property
+    def full_examples(self) -> int:
+        """Examples of a full run of the reference's datasets."""
+        return self.placement.compute.full_examples
+
+    @property
+    def n_tokens(self) -> int | None:
+        return self.placement.compute.n_tokens
+
+    @property
+    def full_tokens(self) -> float | None:
+        return self.placement.compute.full_tokens
+
+    @property
+    def flops(self) -> float | None:
+        return self.placement.compute.flops

@@ -31,7 +31,7 @@ from typing import Any
 from flasheval.engine.store.shards import FOLDER_LOCK, lock_folder
 from flasheval.checks import check_name
 from flasheval.errors import InputError
-from flasheval.placement.results import PlacementResult
+from flasheval.placement.results import Placed, PlacementResult
 from flasheval.placement.tiers import Tier
 from flasheval.records.run_record import RunRecord, read_record, write_record
 
@@ -52,12 +52,12 @@ SETTINGS = ("reference", "plan", "simultaneous", "confidence_level", "seed", "dt
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunCheckpoint:
+class RunCheckpoint(Placed):
     """One checkpoint of a run: its placement, read back from its ``place`` record, and what is the run's own.
 
-    The placement's fields a run's reader wants most (``model_id``, ``rank``, ``interval``, ``confidence_level``,
-    ``tier``, ``status``, ``n_models``; ``n_examples``, ``full_examples``, ``n_tokens``, ``full_tokens`` of its
-    compute) are read-only properties reading :attr:`placement`; the rest is ``checkpoint.placement.X``.
+    The placement's outcome (``model_id``, ``rank``, ``interval``, ``confidence_level``, ``tier``, ``status``,
+    ``n_models``; ``n_examples``, ``full_examples``, ``n_tokens``, ``full_tokens`` of its compute) is read through
+    :class:`~flasheval.placement.results.Placed`'s read-only properties; the rest is ``checkpoint.placement.X``.
     """
 
     step: int
@@ -74,52 +74,6 @@ class RunCheckpoint:
     import_seconds: float | None = None
     """Seconds the placement spent importing modules for the first time in its process (torch, transformers,
     the model's architecture: the first placement of a process pays them; ``None``: not in the record)."""
-
-    @property
-    def model_id(self) -> str:
-        return self.placement.model_id
-
-    @property
-    def rank(self) -> int | None:
-        return self.placement.rank
-
-    @property
-    def interval(self) -> tuple[int, int]:
-        return self.placement.interval
-
-    @property
-    def confidence_level(self) -> float:
-        return self.placement.confidence_level
-
-    @property
-    def tier(self) -> str | None:
-        return self.placement.tier
-
-    @property
-    def status(self) -> str:
-        return self.placement.status
-
-    @property
-    def n_models(self) -> int:
-        """Reference models in the pool it was placed among (ranks run from 1 to ``n_models + 1``)."""
-        return self.placement.n_models
-
-    @property
-    def n_examples(self) -> int:
-        return self.placement.compute.n_examples
-
-    @property
-    def full_examples(self) -> int:
-        """Examples of a full run of the reference's datasets."""
-        return self.placement.compute.full_examples
-
-    @property
-    def n_tokens(self) -> int | None:
-        return self.placement.compute.n_tokens
-
-    @property
-    def full_tokens(self) -> float | None:
-        return self.placement.compute.full_tokens
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,7 +45,7 @@ from flasheval.errors import BackendError, InputError
 from flasheval.hashing import derive_seed
 from flasheval.placement.controller import Controller, by_dataset, course
 from flasheval.placement.looks import first_look, for_budget, look_plan
-from flasheval.placement.results import STATUSES, Budget, PlacementResult
+from flasheval.placement.results import STATUSES, Budget, Placed, PlacementResult
 from flasheval.reference.scoring.scorers import ExampleScorer
 from flasheval.placement.tiers import TierPlan
 from flasheval.reference import ReferenceLeaderboard
@@ -80,11 +80,12 @@ _CHECKPOINT_KEYS = ("model_id", "status", "reason", "rank", "interval", "tier", 
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CheckpointResult:
+class CheckpointResult(Placed):
     """Where one checkpoint landed and what it cost: its controller's placement and what only the sweep knows.
 
     The placement's own fields (``model_id``, ``status``, ``reason``, ``rank``, ``interval``, ``tier``,
-    ``resolution``, ``n_examples``, ``n_tokens``, ``flops``) are read-only properties reading :attr:`placement`.
+    ``resolution``, ``n_examples``, ``n_tokens``, ``flops``) are read through
+    :class:`~flasheval.placement.results.Placed`'s read-only properties.
     """
 
     placement: PlacementResult
@@ -97,47 +98,6 @@ class CheckpointResult:
     def __post_init__(self) -> None:
         if len(self.look_rounds) != len(self.placement.stages):
             raise ValueError(f"{len(self.look_rounds)} rounds for {len(self.placement.stages)} looks")
-
-    @property
-    def model_id(self) -> str:
-        return self.placement.model_id
-
-    @property
-    def status(self) -> str:
-        """One of :data:`STATUSES`."""
-        return self.placement.status
-
-    @property
-    def reason(self) -> str:
-        return self.placement.reason
-
-    @property
-    def rank(self) -> int | None:
-        return self.placement.rank
-
-    @property
-    def interval(self) -> tuple[int, int]:
-        return self.placement.interval
-
-    @property
-    def tier(self) -> str | None:
-        return self.placement.tier
-
-    @property
-    def resolution(self) -> int | None:
-        return self.placement.resolution
-
-    @property
-    def n_examples(self) -> int:
-        return self.placement.compute.n_examples
-
-    @property
-    def n_tokens(self) -> int | None:
-        return self.placement.compute.n_tokens
-
-    @property
-    def flops(self) -> float | None:
-        return self.placement.compute.flops
 
     @property
     def saving(self) -> float:
