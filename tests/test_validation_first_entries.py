@@ -97,6 +97,8 @@ def test_a_refused_backtest_makes_no_folder(tmp_path, bad, field):
     ({"force": 3}, "force"),
     ({"format": "csv"}, "--format"),
     ({"tasks": "helm_lite/no-such-task"}, "--tasks"),  # was refused after the output folder was made
+    ({"heldout": 3}, "--heldout"),  # was iterated (a TypeError) after the tasks were read
+    ({"heldout": ["val.jsonl", None]}, "--heldout"),
 ])
 def test_a_refused_evaluate_makes_no_folder(tmp_path, bad, field):
     out = tmp_path / "eval"
@@ -153,6 +155,19 @@ def test_build_lm_eval_and_aggregate_refuse_a_flag_that_is_not_true_or_false(tmp
     _refused(lambda: flasheval.render_report(3), "RUN_DIR")
     _refused(lambda: flasheval.check_tasks(3), "DIR")
     assert not out.exists()
+
+
+def test_lm_eval_names_a_bad_argument_before_it_needs_lm_eval(tmp_path, monkeypatch):
+    # lm-eval is imported once every argument is checked: without it, a bad model spec is still the line a user sees
+    import flasheval.lmeval
+
+    def absent() -> None:
+        raise flasheval.InputError("lm-eval is not installed", field="--engine")
+
+    monkeypatch.setattr(flasheval.lmeval, "require_lm_eval", absent)
+    _refused(lambda: flasheval.lm_eval("hf:" + str(tmp_path / "no-such-model"), tasks="x"), "--model")
+    _refused(lambda: flasheval.lm_eval(3, tasks="x"), "--model")
+    _refused(lambda: flasheval.lm_eval("hf:" + str(tmp_path), tasks="x"), "--engine")  # a real folder: lm-eval next
 
 
 def test_one_message_per_flag():

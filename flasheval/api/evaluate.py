@@ -9,6 +9,7 @@ store and builds the records and the summary. ``replay:`` models serve a referen
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,7 @@ def evaluate(
     resolved = resolve_model(model, tokenizer=tokenizer, identity=identity, check_files=False)
     check_n_examples(n_examples)
     check_seed(seed)
-    _check_run(resolved, output=output, store=store, force=force, distributed=distributed)
+    heldout = _check_run(resolved, output=output, store=store, force=force, distributed=distributed, heldout=heldout)
     if model_id is not None and (not isinstance(model_id, str) or not model_id.strip()):
         raise InputError(f"expected a non-empty name, got {model_id!r}", field="--model-id")
     model_id = None if model_id is None else check_model_id(model_id)
@@ -184,14 +185,21 @@ def evaluate(
     return run_evaluation(job, report=report, on_backend=lambda backend: watch_load(report, backend, resolved.model_id))
 
 
-def _check_run(model: Any, *, output: Any, store: Any, force: Any, distributed: str) -> None:
-    """:func:`evaluate`'s folders, ``force``, and a sharded in-memory model under ``distributed="main"`` (its forward
-    is collective: the main process alone would wait forever), checked before anything is read or written."""
+def _check_run(model: Any, *, output: Any, store: Any, force: Any, distributed: str,
+               heldout: Any) -> tuple[str | os.PathLike[str], ...]:
+    """:func:`evaluate`'s folders, ``force``, the held-out paths (one path, or a list of them: returned as a tuple)
+    and a sharded in-memory model under ``distributed="main"`` (its forward is collective: the main process alone
+    would wait forever), checked before anything is read or written."""
     check_output(output)
     check_output(store, field="--store")
     check_flag(force, field="force")
     if isinstance(model, LoadedModel):
         check_sharded_placement(model.model, distributed)
+    paths = (heldout,) if isinstance(heldout, (str, os.PathLike)) else heldout
+    if not isinstance(paths, (list, tuple)) or not all(isinstance(h, (str, os.PathLike)) and str(h).strip()
+                                                       for h in paths):
+        raise InputError(f"expected a held-out file's path or a list of them, got {heldout!r}", field="--heldout")
+    return tuple(paths)
 
 
 def _replay(model: ReplayModel, tasks: tuple[str, ...], *, suites: Sequence[str], heldout: Sequence[Any],

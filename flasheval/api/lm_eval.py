@@ -98,7 +98,6 @@ def lm_eval(
                          field="progress")
     check_output(store, field="--store")
     check_flag(log_samples, field="--log-samples")
-    require_lm_eval()
     engine = engine_options(engine)
     if log_samples and not output:
         raise InputError("--log-samples needs --output-path (where lm-eval writes the samples)", field="--log-samples")
@@ -118,6 +117,7 @@ def lm_eval(
     else:
         raise InputError(f"expected a model spec ([NAME=]hf:... / gguf:...) or an opened backend, got "
                          f"{type(model).__name__}", field="--model")
+    require_lm_eval()  # every argument checked first: a bad one is named whether or not lm-eval is installed
     placement = engine.placement
     from flasheval.lmeval.loading import open_lmeval_model
     from flasheval.lmeval.tasks import make_task_manager, run_tasks

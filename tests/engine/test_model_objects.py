@@ -152,3 +152,15 @@ def test_a_tokenizer_smaller_than_a_padded_vocabulary_is_fine(tmp_path):
     model, tokenizer = _padded_vocabulary()
     loss, computed = _evaluate(model, tokenizer, tmp_path)
     assert computed == 1 and loss > 0
+
+
+def test_one_held_out_path_is_a_list_of_one(tmp_path):
+    import flasheval
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=4)
+    (tmp_path / "held.txt").write_text(TEXT)
+    runs = [flasheval.evaluate(model, tokenizer=tokenizer, identity="run/step-1", heldout=held, output=tmp_path / out,
+                               progress=False).summary.to_json()
+            for held, out in ((tmp_path / "held.txt", "one"), ([str(tmp_path / "held.txt")], "listed"))]
+    assert runs[0]["metrics"]["loss"] == runs[1]["metrics"]["loss"] and runs[0]["metrics"]["loss"] > 0
+    assert runs[0]["validation"] == runs[1]["validation"] and runs[0]["validation"]
