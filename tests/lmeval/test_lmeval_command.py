@@ -83,9 +83,10 @@ def test_two_data_parallel_processes_equal_one(tiny, lmeval_tasks, tmp_path):
 
 
 def test_without_lm_eval_the_command_says_how_to_install_it(tmp_path):
+    # every argument is checked first (a model folder that exists), then lm-eval is needed
     code = ("import sys; sys.modules['lm_eval'] = None\n"
             "from flasheval.cli import main\n"
-            "raise SystemExit(main(['lm-eval', '--model', 'hf:/nowhere', '--tasks', 'x']))\n")
+            f"raise SystemExit(main(['lm-eval', '--model', 'hf:{tmp_path}', '--tasks', 'x']))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert done.returncode == 1
