@@ -16,19 +16,9 @@ from flasheval.engine import BackendInfo, open_backend, parse_model_spec
 from flasheval.errors import InputError
 from flasheval.records.run_record import read_record
 from tests._tiny_models import save_tiny_models
+from tests.placement.test_timing import PLAN  # stages [4, all]: two looks
 
 TASKS = "copa,winograd"
-PLAN = """name: two-looks
-description: 4 -> all (test plan)
-stop_rule: interval
-confidence_level: 0.95
-correction: none
-estimator: control-variate
-n_resamples: 100
-stages: [4, all]
-tiers:
-  - {ranks: [1, null], resolution: maximal}
-"""
 CPU = flasheval.EngineOptions(device="cpu")
 
 
