@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("stats",),       # numpy/scipy only
     ("tasks",),       # formats, prompts, suites, scoring of an example
     ("engine",),      # backends, store, journal, data parallelism
+    ("cluster",),     # models held by Ray actors on many machines, requests served there (the Ray executor's parts)
     ("evaluation",),  # example selection, scoring through a backend, records, summaries, dtype comparison
     ("lmeval",),      # the lm-evaluation-harness bridge: lm-eval's conventions on the engine, lm-eval tasks
     ("reference",),   # the reference data model, import, live build
@@ -32,6 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("analysis",),    # backtests, simulations, interval coverage, DIoR, Fluid
     ("scaling",),     # scaling-law fits and their run tables
     ("report",),      # Markdown + HTML + figures from run records
+    ("interop",),     # the field's shared formats in and out (Every Eval Ever)
     ("api",),         # the Python API: one function per job, the one path behind each command
     ("integrations",),  # training-framework callbacks (transformers' Trainer), each a shell over the API
     ("cli",),         # one thin module per subcommand, a shell over the API
