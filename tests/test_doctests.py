@@ -47,7 +47,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.evaluation.dtype_comparison": 5,
     "flasheval.evaluation.evaluate": 7,
     "flasheval.hashing": 4,
-    "flasheval.integrations.transformers": 3,
+    "flasheval.integrations.placing": 3,
     "flasheval.lmeval.conventions": 2,
     "flasheval.lmeval.settings": 3,
     "flasheval.placement.allocation": 5,

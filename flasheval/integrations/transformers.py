@@ -27,79 +27,14 @@ module does not import transformers: the class is made on first use.
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from flasheval.checks import check_count
-from flasheval.engine.coordination.distributed import DISTRIBUTED, check_distributed
+from flasheval.engine.coordination.distributed import check_distributed
 from flasheval.errors import InputError
+from flasheval.integrations.placing import METRIC_PREFIX, check_options, note_waiting, place_step, placement_metrics
 
 __all__ = ["PlacementCallback", "attach", "placement_metrics", "METRIC_PREFIX"]
-
-logger = logging.getLogger(__name__)
-
-METRIC_PREFIX = "flasheval/"
-"""What every logged name starts with."""
-
-
-def placement_metrics(run: Any, *, seconds: float) -> dict[str, float]:
-    """The numbers a placement logs: ``flasheval/rank``, ``rank_lo``, ``rank_hi``, ``tier``, ``examples``,
-    ``tokens``, ``resolved`` and ``seconds``.
-
-    Parameters
-    ----------
-    run
-        The :class:`~flasheval.api.place.PlaceRun` of one checkpoint.
-    seconds
-        How long the placement held training up (wall seconds of the call).
-
-    Returns
-    -------
-    dict
-        Numbers only (trackers plot numbers): ``tier`` is the tier's best rank (tier ``"2-4"`` logs 2; the
-        label is in the run record), ``resolved`` is 1 when the tier's resolution was met and 0 when the
-        budget ran out first; ``tokens`` is left out when the scorer counts none.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace as S
-    >>> placement = S(rank=2, interval=(1, 3), tier="2-4", status="resolved", compute=S(n_examples=18, n_tokens=900))
-    >>> placement_metrics(S(placement=placement), seconds=1.5)["flasheval/tier"]
-    2
-    """
-    placement = run.placement
-    values: dict[str, float] = {"rank": placement.rank, "rank_lo": placement.interval[0],
-                                "rank_hi": placement.interval[1], "examples": placement.compute.n_examples,
-                                "resolved": int(placement.status == "resolved"), "seconds": round(seconds, 3)}
-    if placement.tier is not None:
-        values["tier"] = int(placement.tier.split("-")[0].rstrip("+"))
-    if placement.compute.n_tokens is not None:
-        values["tokens"] = placement.compute.n_tokens
-    return {METRIC_PREFIX + name: value for name, value in values.items()}
-
-
-_DECIDED = ("model", "run", "step", "identity", "output", "store")
-"""What the callback (or the run folder) sets for each placement: the model held, the step, ``NAME/step-N``."""
-
-
-def _check_place_kwargs(place_kwargs: Mapping[str, Any]) -> None:
-    """Refuse, when the callback is made rather than at the first placement, a keyword that
-    :func:`flasheval.place_checkpoint` does not take or that the callback sets itself."""
-    import inspect
-
-    from flasheval.api import place, place_checkpoint
-
-    known = {*inspect.signature(place_checkpoint).parameters, *inspect.signature(place).parameters}
-    allowed = sorted(known - {*_DECIDED, "reference", "tokenizer", "distributed", "place_kwargs", "trainer"})
-    for name in place_kwargs:
-        if name in _DECIDED:
-            raise InputError("set by the callback for each placement (the Trainer's model, its global_step, the "
-                             "run's NAME/step-N)", field=name)
-        if name not in allowed:
-            raise InputError("not a keyword of flasheval.place_checkpoint", field=name, allowed=allowed)
 
 
 class _PlacementHooks:
@@ -140,25 +75,8 @@ class _PlacementHooks:
     def __init__(self, reference: Any, *, trainer: Any = None, run: str | Path, every: int | None = None,
                  on_save: bool = False, distributed: str = "main", tokenizer: Any = None,
                  **place_kwargs: Any) -> None:
-        if every is not None:
-            check_count(every, field="every")
-        if not isinstance(on_save, bool):
-            raise InputError(f"must be True or False, got {on_save!r}", field="on_save")
-        if every is None and not on_save:
-            raise InputError("give every=N (place every N steps) or on_save=True (place every saved checkpoint)",
-                             field="every")
-        if distributed not in DISTRIBUTED:
-            raise InputError(f"unknown value {distributed!r}", field="distributed", allowed=DISTRIBUTED)
-        if not isinstance(run, (str, Path)):
-            raise InputError(f"expected a folder, got {type(run).__name__}", field="run")
-        _check_place_kwargs(place_kwargs)
-        if place_kwargs.get("max_seconds") is not None:  # checked before training starts, not at its first placement
-            from flasheval.placement.results import Budget
-
-            Budget(max_seconds=place_kwargs["max_seconds"])
-            if getattr(place_kwargs.get("budget"), "max_seconds", None) is not None:
-                raise InputError("given twice: as max_seconds and as budget.max_seconds; give it once",
-                                 field="max_seconds")
+        check_options(run=run, every=every, on_save=on_save, distributed=distributed, place_kwargs=place_kwargs,
+                      own=("trainer",), decided="the Trainer's model, its global_step, the run's NAME/step-N")
         _check_trainer(trainer)
         if distributed == "main":
             _refuse_sharded(trainer)
@@ -191,7 +109,7 @@ class _PlacementHooks:
         if self.distributed == "main":
             _refuse_sharded(self._trainer)
         if self.distributed == "main" and state.is_world_process_zero and "max_seconds" not in self.place_kwargs:
-            _note_waiting()
+            note_waiting("PlacementCallback")
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Place at every multiple of ``every``; with ``on_save``, also at a step the Trainer is about to save
@@ -217,21 +135,17 @@ class _PlacementHooks:
         step = state.global_step
         if step in self._placements or (self.distributed == "main" and not state.is_world_process_zero):
             return False
-        from flasheval.api import place_checkpoint
-        from flasheval.engine.hf.in_memory import unwrap
-
         if self.distributed == "main":
             _refuse_sharded(self._trainer)
-        runner, _ = unwrap(self._trainer.model_wrapped)  # an FSDP1 wrapper stays: it gathers the parameters
         tokenizer = next((t for t in (self.tokenizer, kwargs.get("processing_class"), kwargs.get("tokenizer"))
                           if t is not None), None)
         if tokenizer is None:
             raise InputError("the Trainer has no processing_class: give the callback tokenizer=", field="tokenizer")
-        start = time.perf_counter()
-        result = place_checkpoint(runner, run=self.run, step=step, reference=self.reference,
-                                  tokenizer=tokenizer, distributed=self.distributed, **self.place_kwargs)
+        # the Trainer's model_wrapped, unwrapped as the engine unwraps it (an FSDP1 wrapper stays: it gathers)
+        result, metrics = place_step(self._trainer.model_wrapped, run=self.run, step=step, reference=self.reference,
+                                     tokenizer=tokenizer, distributed=self.distributed, place_kwargs=self.place_kwargs)
         self._placements[step] = result
-        _log_unsteered(self._trainer, control, placement_metrics(result, seconds=time.perf_counter() - start))
+        _log_unsteered(self._trainer, control, metrics)
         return True
 
 
@@ -273,19 +187,6 @@ def _refuse_sharded(trainer: Any) -> None:
     plugin = trainer.accelerator.state.deepspeed_plugin if trainer.is_deepspeed_enabled else None
     zero3 = plugin is not None and plugin.zero_stage == 3
     check_sharded_placement(unwrap(trainer.model_wrapped)[0], "main", sharded=trainer.is_fsdp_enabled or zero3)
-
-
-def _note_waiting() -> None:
-    """Say once, as training begins, what a ``"main"`` placement costs the other processes of a job (none alone)."""
-    from flasheval.engine.coordination.process_group import caller_group
-
-    group = caller_group()
-    if group is not None and group[0] > 1:
-        timeout = "its timeout" if group[1] is None else f"its timeout, {group[1]:.0f} s"
-        logger.warning("note: PlacementCallback(distributed='main'): while process zero places, the other %d "
-                       "process(es) wait in their next collective, and the process group ends the job after %s: give "
-                       "max_seconds= below it to bound each placement, or distributed='all' to share the work",
-                       group[0] - 1, timeout)
 
 
 def _log_unsteered(trainer: Any, control: Any, metrics: dict[str, float]) -> None:
