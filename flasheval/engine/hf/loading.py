@@ -247,9 +247,12 @@ def _empty_copy(config: Any, source: str) -> tuple[int, str]:
 def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int | None = None,
                  share_context: bool = True, source: str | None = None) -> HFBackend:
     """Load the weights of ``plan`` (and its tokenizer, unless given) into an :class:`HFBackend` (``source``: the
-    spec the plan was made from, :attr:`~flasheval.engine.base.BackendInfo.source`)."""
-    own_tokenizer = tokenizer is None
-    if own_tokenizer:
+    spec the plan was made from, :attr:`~flasheval.engine.base.BackendInfo.source`).
+
+    ``tokenizer`` must be the plan's own (:func:`load_tokenizer` of ``plan``, as the deferred backend loads it for
+    planning): the first load of a GGUF file keeps it in the converted folder with the weights, whoever loaded it.
+    """
+    if tokenizer is None:
         tokenizer = load_tokenizer(plan)
     placed: dict[str, Any] = {}
     if plan.placement is not None:
@@ -259,7 +262,7 @@ def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int | N
     model = _from_pretrained("AutoModelForCausalLM", *_files(plan.source, plan.gguf_file, plan.converted),
                              plan.revision, config=plan.config, dtype=plan.torch_dtype,
                              attn_implementation=plan.settings.attn_implementation, **placed)
-    if plan.gguf_key is not None and plan.converted is None and plan.placement is None and own_tokenizer:
+    if plan.gguf_key is not None and plan.converted is None and plan.placement is None:
         from flasheval.engine.hf.gguf_cache import write_converted
 
         write_converted(plan.gguf_key, plan.dtype_name, model=model, config=plan.config, tokenizer=tokenizer,
