@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("report",),      # Markdown + HTML + figures from run records
     ("interop",),     # the field's shared formats in and out (Every Eval Ever)
     ("api",),         # the Python API: one function per job, the one path behind each command
-    ("integrations",),  # training-framework callbacks (transformers' Trainer), each a shell over the API
+    ("integrations",),  # training-framework callbacks (transformers' Trainer, Lightning), each a shell over the API
     ("cli",),         # one thin module per subcommand, a shell over the API
     ("__main__",),
     ("root",),        # the package itself: re-exports the API (lazily), imported by no module of it
