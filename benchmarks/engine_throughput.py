@@ -30,12 +30,23 @@ printed with the figures: on a shared machine every figure is slowed, the matmul
 is the usual convention: it charges the output layer to every token, which lm-eval computes at every
 position and flasheval only where a continuation token is scored.
 
+The configurations users run form a grid, every cell measured (issue 46): per model (loaded once; every cell
+of it scores the SAME torch module), torch threads x few-shot examples x batch option. ``--batch-size auto`` is
+flasheval's automatic budget (no batch option: :func:`~flasheval.engine.batching.auto_limits`, 32 rows and
+4,096 padded tokens per pass on a CPU) against lm-eval at ``--lmeval-auto-batch`` rows (default 4: lm-eval's own
+``auto`` probes a pass of its maximum length, minutes per probe on a CPU). Every cell prints its table; at the end
+one line per cell (model, threads, shots, batch, tokens/s ratio flasheval / lm-eval, speed-up) and the worst cell.
+``--load N`` starts N CPU-bound processes (a busy loop each) before the first model loads and stops them at the
+end: the figures of a machine with other work on it.
+
 Run (from the repo root; lm-eval from the same venv: ``pip install -e ".[lm-eval]"``)::
 
-    FLASHEVAL_SHARED=../shared python benchmarks/engine_throughput.py --n-examples 8 --batch-size 4 --threads 2
-    python benchmarks/fetch_models.py --models gemma3-270m   # or qwen2.5-coder-0.5b
-    FLASHEVAL_SHARED=../shared python benchmarks/engine_throughput.py --model gemma3-270m --n-examples 6 \
-        --batch-size 4 --threads 2
+    python benchmarks/fetch_models.py --models gemma3-270m qwen2.5-coder-0.5b
+    FLASHEVAL_SHARED=../shared python benchmarks/engine_throughput.py   # the grid: 3 models x 1,2 threads x
+        # 0,10 shots x batch 4,auto; 6 examples per task, 3 alternating repeats
+    FLASHEVAL_SHARED=../shared python benchmarks/engine_throughput.py --load 2   # the same beside 2 busy processes
+    FLASHEVAL_SHARED=../shared python benchmarks/engine_throughput.py --model gemma3-270m --threads 2 \
+        --shots 10 --batch-size 4   # one cell
 
 GPU (bf16; ``--skip-lmeval`` times flasheval alone, ``--peak-flops`` adds the fraction of the device's peak)::
 
@@ -63,6 +74,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 TASKS = ("hellaswag", "arc_easy")
+GRID_MODELS = "smollm2-135m,qwen2.5-coder-0.5b,gemma3-270m"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROG = "engine_throughput.py"
 
@@ -102,13 +114,21 @@ class TaskRun:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line, checked (a bad value raises :class:`BenchmarkError`)."""
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", "--models", dest="models", default="smollm2-135m",
-                        help="comma-separated models, each loaded and measured in turn: smollm2-135m (default), a "
-                             "fetch_models.py name (gemma3-270m, qwen2.5-coder-0.5b, ...), a GGUF file or an HF folder")
-    parser.add_argument("--shots", type=int, default=None, help="few-shot examples per prompt (default: 10)")
-    parser.add_argument("--n-examples", type=int, default=8, help="examples per task (default 8)")
-    parser.add_argument("--batch-size", type=int, default=4, help="rows per forward pass, both engines (default 4)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2; 0: torch's default)")
+    parser.add_argument("--model", "--models", dest="models", default=GRID_MODELS,
+                        help="comma-separated models, each loaded and measured in turn: smollm2-135m, a "
+                             f"fetch_models.py name (gemma3-270m, qwen2.5-coder-0.5b, ...), a GGUF file or an HF folder "
+                             f"(default {GRID_MODELS})")
+    parser.add_argument("--shots", type=_ints, default=[0, 10], help="few-shot examples per prompt, comma-separated "
+                        "(default 0,10)")
+    parser.add_argument("--n-examples", type=int, default=6, help="examples per task (default 6)")
+    parser.add_argument("--batch-size", type=_batches, default=[4, None], help="rows per forward pass, both engines, "
+                        "comma-separated; auto: flasheval's automatic budget (default 4,auto)")
+    parser.add_argument("--lmeval-auto-batch", type=int, default=4, help="lm-eval's rows per pass in the auto cells "
+                        "(default 4)")
+    parser.add_argument("--threads", type=_ints, default=[1, 2], help="torch threads, comma-separated (default 1,2; "
+                        "0: torch's default)")
+    parser.add_argument("--load", type=int, default=0, metavar="N", help="CPU-bound processes started beside the run "
+                        "(default 0)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per engine; medians reported (default 3)")
     parser.add_argument("--seed", type=int, default=1234, help="example order and few-shot seed (default 1234)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
@@ -121,14 +141,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     if not args.models:
         raise BenchmarkError("--models needs at least one model")
-    if args.shots is not None and args.shots < 0:
-        raise BenchmarkError(f"--shots must be >= 0, got {args.shots}")
-    for name, least in (("n_examples", 1), ("batch_size", 1), ("repeats", 1), ("threads", 0)):
+    for name, least in (("n_examples", 1), ("repeats", 1), ("load", 0), ("lmeval_auto_batch", 1)):
         if getattr(args, name) < least:
             raise BenchmarkError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
+    for name, least in (("shots", 0), ("batch_size", 1), ("threads", 0)):
+        bad = [v for v in getattr(args, name) if v is not None and v < least]
+        if bad:
+            raise BenchmarkError(f"--{name.replace('_', '-')} must be >= {least}, got {bad[0]}")
     if args.peak_flops is not None and not args.peak_flops > 0:
         raise BenchmarkError(f"--peak-flops must be > 0, got {args.peak_flops}")
     return args
+
+
+def _ints(text: str) -> list[int]:
+    """``1,2`` -> ``[1, 2]`` (argparse's one-line message for a bad value)."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+
+
+def _batches(text: str) -> list[int | None]:
+    """``4,auto`` -> ``[4, None]`` (``None``: flasheval's automatic budget)."""
+    return [None if part.strip() == "auto" else _ints(part)[0] for part in text.split(",")]
 
 
 def task_dir() -> Path:
@@ -171,8 +206,7 @@ def load(args: argparse.Namespace, model: str) -> Any:
     from flasheval.engine.hf.loading import load_hf_backend
 
     folder, gguf = model_location(model)
-    return load_hf_backend(str(folder), gguf_file=gguf, dtype=args.dtype, device=args.device,
-                           batch_size=args.batch_size)
+    return load_hf_backend(str(folder), gguf_file=gguf, dtype=args.dtype, device=args.device)
 
 
 def lmeval_around(backend: Any, batch_size: int) -> Any:
@@ -368,25 +402,36 @@ def report(runs: list[TaskRun], *, n_parameters: int, limit: float, peak: float 
     return rows[-1]
 
 
-def run_model(args: argparse.Namespace, model: str) -> dict[str, Any]:
-    """Load one model, time the engines on its requests, print its figures; returns its total row."""
+def cell_backend(loaded: Any, batch_size: int | None) -> Any:
+    """flasheval's backend at ``batch_size`` rows per pass (``None``: its automatic budget) around ``loaded``'s
+    torch module and tokenizer: every cell of a model scores the same loaded weights."""
+    from flasheval.engine.hf.backend import HFBackend
+
+    return HFBackend(loaded.model, loaded.tokenizer, fingerprint=loaded.fingerprint, batch_size=batch_size,
+                     max_length=loaded.max_length)
+
+
+def run_cell(args: argparse.Namespace, model: str, loaded: Any, *, shots: int, batch_size: int | None) -> dict[str, Any]:
+    """Time the engines on one cell (the threads already set), print its figures; returns its total row."""
     import torch
 
     from flasheval.engine import n_parameters
 
-    loads = [os.getloadavg()]
-    backend = load(args, model)
-    lm = None if args.skip_lmeval else lmeval_around(backend, args.batch_size)
-    runs = task_runs(backend, args.n_examples, args.seed, shots=args.shots, lm=lm)
+    backend = cell_backend(loaded, batch_size)
+    lm_batch = batch_size or args.lmeval_auto_batch
+    lm = None if args.skip_lmeval else lmeval_around(backend, lm_batch)
+    runs = task_runs(backend, args.n_examples, args.seed, shots=shots, lm=lm)
     config, device = backend.model.config, torch.device(backend.info.device)
     n_params = n_parameters(backend)
     lengths = [run.per_choice / len(run.requests) for run in runs]
-    m = args.batch_size * round(statistics.fmean(lengths))
+    m = lm_batch * round(statistics.fmean(lengths))
     shape = (m, config.hidden_size, config.intermediate_size)
-    print(f"model {model}: {n_params / 1e6:.1f}M parameters, {args.dtype}, {device}, batch size {args.batch_size}, "
+    batch = f"batch size {batch_size}" if batch_size else f"automatic budget (lm-eval {lm_batch} rows)"
+    print(f"\nmodel {model}: {n_params / 1e6:.1f}M parameters, {args.dtype}, {device}, {batch}, {shots}-shot, "
           f"torch threads {torch.get_num_threads()}, max length {backend.max_length}; torch {torch.__version__}"
           + ("" if lm is None else f", lm-eval {importlib.metadata.version('lm-eval')}")
-          + f"; matmul ({shape[0]}, {shape[1]}) x ({shape[1]}, {shape[2]}); {args.repeats} repeats, medians")
+          + f"; matmul ({shape[0]}, {shape[1]}) x ({shape[1]}, {shape[2]}); {args.repeats} repeats, medians", flush=True)
+    loads = [os.getloadavg()]
     achieved = measure(runs, scorers(backend, lm), repeats=args.repeats, device=device,
                        matmul=lambda: matmul_flops(*shape, dtype=backend.model.dtype, device=device))
     loads.append(os.getloadavg())
@@ -395,23 +440,75 @@ def run_model(args: argparse.Namespace, model: str) -> dict[str, Any]:
           f"range {min(achieved) / 1e9:.1f}-{max(achieved) / 1e9:.1f}); load average (1/5/15 min) "
           f"{'/'.join(f'{x:.2f}' for x in loads[0])} before, {'/'.join(f'{x:.2f}' for x in loads[1])} after, "
           f"on {os.cpu_count()} CPUs")
-    total = report(runs, n_parameters=n_params, limit=limit, peak=args.peak_flops)
-    del lm, backend
-    return total
+    return report(runs, n_parameters=n_params, limit=limit, peak=args.peak_flops)
+
+
+def run_model(args: argparse.Namespace, model: str, default_threads: int) -> list[dict[str, Any]]:
+    """Load one model once and run every cell of the grid on it; one total row per cell (its settings added)."""
+    import torch
+
+    loaded = load(args, model)
+    cells = []
+    for threads in args.threads:
+        torch.set_num_threads(threads or default_threads)
+        for shots in args.shots:
+            for batch_size in args.batch_size:
+                row = run_cell(args, model, loaded, shots=shots, batch_size=batch_size)
+                cells.append({**row, "model": model, "threads": torch.get_num_threads(), "shots": shots,
+                              "batch": batch_size or "auto"})
+    del loaded
+    return cells
+
+
+def busy(seconds: float) -> None:
+    """A CPU-bound loop for ``--load`` (in its own process), ending after ``seconds`` at the latest."""
+    end = time.monotonic() + seconds
+    x = 0
+    while time.monotonic() < end:
+        for i in range(100_000):
+            x ^= i
+
+
+def start_load(n: int) -> list[Any]:
+    """``n`` busy processes (spawned: nothing of this process is copied into them); stopped by the caller."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=busy, args=(24 * 3600.0,), daemon=True) for _ in range(n)]
+    for worker in workers:
+        worker.start()
+    return workers
+
+
+def summary(cells: list[dict[str, Any]]) -> None:
+    """Every cell on one line, then the worst (the lowest tokens/s ratio flasheval / lm-eval)."""
+    print("\ngrid (total over tasks): model, threads, shots, batch: tokens/s ratio flasheval / lm-eval, speed-up, "
+          "% of the matmul (lm-eval, flasheval), max |dLL|")
+    for c in cells:
+        print(f"  {c['model']:<22} {c['threads']} threads {c['shots']:>2}-shot batch {str(c['batch']):<4}: "
+              f"{c['rate_ratio']:.2f}x, {c['speed_up']:.2f}x, {100 * c['fraction']['lm-eval']:.1f}%, "
+              f"{100 * c['fraction']['flasheval']:.1f}%, {c['diff']:.1e}")
+    worst = min(cells, key=lambda c: c["rate_ratio"])
+    print(f"worst cell: {worst['model']}, {worst['threads']} threads, {worst['shots']}-shot, batch {worst['batch']}: "
+          f"tokens/s ratio {worst['rate_ratio']:.2f}x (goal >= 1.0); {len(cells)} cells; load average "
+          f"{os.getloadavg()[0]:.2f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark on each ``--models`` model; ``1`` and one line on stderr for a bad input."""
+    """Run the benchmark's grid on each ``--models`` model; ``1`` and one line on stderr for a bad input."""
+    workers: list[Any] = []
     try:
         args = parse_args(argv)
         task_dir()  # before the model loads
         for model in args.models:
             model_location(model)
+        workers = start_load(args.load)
+        if workers:
+            print(f"--load {args.load}: {args.load} busy processes started beside the run", flush=True)
         import torch
 
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        totals = {model: run_model(args, model) for model in args.models}
+        default_threads = torch.get_num_threads()
+        cells = [cell for model in args.models for cell in run_model(args, model, default_threads)]
     except BenchmarkError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
@@ -420,11 +517,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 1
         raise
-    if len(totals) > 1 and not args.skip_lmeval:
-        print("summary (total over tasks): model, tokens/s ratio flasheval / lm-eval, % of the matmul (lm-eval, flasheval)")
-        for model, row in totals.items():
-            print(f"  {model}: {row['rate_ratio']:.2f}x, {100 * row['fraction']['lm-eval']:.1f}%, "
-                  f"{100 * row['fraction']['flasheval']:.1f}%")
+    finally:
+        for worker in workers:
+            worker.terminate()
+    if not args.skip_lmeval:
+        summary(cells)
     return 0
 
 

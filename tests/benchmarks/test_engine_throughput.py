@@ -38,6 +38,40 @@ def test_no_machine_paths_and_no_second_interpreter():
     assert not (REPO_ROOT / "benchmarks" / "lmeval_worker.py").exists()
 
 
+def test_the_grid_defaults_and_lists():
+    args = et.parse_args([])
+    assert args.models == ["smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m"]
+    assert (args.threads, args.shots, args.batch_size, args.repeats, args.load) == ([1, 2], [0, 10], [4, None], 3, 0)
+    args = et.parse_args(["--threads", "2", "--batch-size", "auto,8", "--shots", "5"])
+    assert (args.threads, args.batch_size, args.shots) == ([2], [None, 8], [5])
+    with pytest.raises(et.BenchmarkError, match="--shots must be >= 0, got -1"):
+        et.parse_args(["--shots", "0,-1"])
+
+
+def test_the_summary_prints_every_cell_and_the_worst(capsys):
+    cell = {"speed_up": 2.0, "fraction": {"lm-eval": 0.5, "flasheval": 0.4}, "diff": 1e-5, "shots": 10}
+    cells = [{**cell, "model": m, "threads": t, "batch": b, "rate_ratio": r}
+             for m, t, b, r in [("a", 1, 4, 1.2), ("a", 2, "auto", 0.9), ("b", 1, 4, 1.1)]]
+    et.summary(cells)
+    out = capsys.readouterr().out
+    assert len([line for line in out.splitlines() if "-shot batch" in line]) == 3
+    assert "worst cell: a, 2 threads, 10-shot, batch auto: tokens/s ratio 0.90x" in out
+
+
+def test_load_starts_busy_processes_that_end_when_terminated():
+    import time
+
+    workers = et.start_load(1)
+    try:
+        time.sleep(0.5)
+        assert [w.is_alive() for w in workers] == [True]
+    finally:
+        for w in workers:
+            w.terminate()
+            w.join(10)
+    assert [w.is_alive() for w in workers] == [False]
+
+
 def test_matmul_flops_is_a_rate():
     import torch
 
@@ -54,7 +88,7 @@ def test_one_run_on_a_tiny_llama_scores_both_engines_alike(tmp_path, task_dir, m
     tokenizer.save_pretrained(folder)
     monkeypatch.setenv("FLASHEVAL_SHARED", str(Path(task_dir).parent.parent))
     assert et.main(["--model", str(folder), "--n-examples", "1", "--repeats", "2", "--batch-size", "2",
-                    "--threads", "1"]) == 0
+                    "--threads", "1", "--shots", "10"]) == 0
     out = capsys.readouterr().out
     assert "machine limit: dense matmul" in out and "load average" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines()
