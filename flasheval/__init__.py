@@ -11,7 +11,8 @@ One function per job (keyword-only options, one result object each, ``progress=`
 * ``evaluate(model, *, tasks=..., suites=..., task_dir=...) -> EvaluationRun`` — DCLM / Gadre scores;
 * ``backtest(reference, plan) -> BacktestRun`` — leave-one-out reliability of placement on a reference;
 * ``build_reference(models, *, name, ...) -> BuiltReference`` — a live reference from real models;
-* ``import_reference(source, *, format, name)``, ``dior(reference)``, ``render_report(run_dir)``,
+* ``import_reference(source, *, format, name)``, ``export(source, *, format, output)`` (Every Eval Ever records),
+  ``dior(reference)``, ``render_report(run_dir)``,
   ``aggregate(scores, *, suites)``, ``check_tasks(task_dir)``, ``fit_scaling(runs, *, predict)``,
   ``lm_eval(model, *, tasks)`` — one for every other command (``docs/api.md`` lists which);
 * ``rank_intervals(reference, *, confidence_level=0.95, simultaneous=True)`` — every reference model's rank
@@ -52,6 +53,8 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to
         dior,
         fit_scaling,
         import_reference,
+        export,
+        ExportedRecords,
         lm_eval,
         render_report,
         BacktestRun,
@@ -119,6 +122,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "EvaluationSummary": ("flasheval.api", "EvaluationSummary"),
     "TaskScore": ("flasheval.api", "TaskScore"),
     "import_reference": ("flasheval.api", "import_reference"),
+    "export": ("flasheval.api", "export"),
+    "ExportedRecords": ("flasheval.api", "ExportedRecords"),
     "dior": ("flasheval.api", "dior"),
     "DiorRun": ("flasheval.api", "DiorRun"),
     "rank_intervals": ("flasheval.api", "rank_intervals"),

@@ -137,7 +137,7 @@ def test_every_command_has_a_documented_api_function():
         for command in row.split("|")[3].split("`flasheval ")[1:]:
             documented[command.split("`")[0]] = function
     commands = _commands(build_parser())
-    assert len(commands) == 16, commands  # the 13 subcommands, three of them with several actions
+    assert len(commands) == 17, commands  # the 14 subcommands, three of them with several actions
     for command in sorted(commands):
         if command == "tasks list":  # prints the task registry (flasheval.tasks); nothing to compute
             continue

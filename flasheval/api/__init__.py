@@ -12,7 +12,8 @@ One job per module:
 * :mod:`~flasheval.api.backtest` — :func:`backtest` placement on a reference by leaving each model out;
 * :mod:`~flasheval.api.build`    — :func:`build_reference` by scoring real models on the same examples;
 * :mod:`~flasheval.api.lm_eval`  — :func:`lm_eval`: lm-eval tasks with flasheval's engine as the model;
-* :mod:`~flasheval.api.importing` — :func:`import_reference` from a long parquet file or lm-eval sample logs;
+* :mod:`~flasheval.api.importing` — :func:`import_reference` from a long parquet file, lm-eval sample logs or Every
+  Eval Ever records; :func:`export` of results as Every Eval Ever records;
 * :mod:`~flasheval.api.dior`     — :func:`dior`: how reliable each benchmark design decision is;
 * :mod:`~flasheval.api.rank_intervals` — :func:`rank_intervals`: every reference model's rank interval, and groups;
 * :mod:`~flasheval.api.report`   — :func:`render_report` of run records (Markdown, HTML, figures);
@@ -42,7 +43,7 @@ from flasheval.api.sweep import SweepRun, sweep
 from flasheval.api.aggregate import AggregateRun, aggregate
 from flasheval.api.dior import DiorRun, dior
 from flasheval.api.rank_intervals import RankIntervals, rank_intervals
-from flasheval.api.importing import import_reference
+from flasheval.api.importing import ExportedRecords, export, import_reference
 from flasheval.api.report import render_report
 from flasheval.api.runs import RunCheckpoint, RunHistory, place_checkpoint, read_run
 from flasheval.api.watch import watch
@@ -51,7 +52,7 @@ from flasheval.api.tasks import TaskFileCheck, check_tasks
 
 __all__ = ["place", "PlaceRun", "LivePlacement", "sweep", "SweepRun", "evaluate", "EvaluationRun",
            "EvaluationSummary", "TaskScore", "backtest", "BacktestRun", "build_reference", "BuiltReference",
-           "import_reference", "dior", "DiorRun", "render_report", "aggregate", "AggregateRun", "check_tasks",
+           "import_reference", "export", "ExportedRecords", "dior", "DiorRun", "render_report", "aggregate", "AggregateRun", "check_tasks",
            "TaskFileCheck", "fit_scaling", "ScalingFit", "lm_eval", "LmEvalRun", "EngineOptions", "Progress",
            "ReplayModel", "place_checkpoint", "read_run", "RunHistory", "RunCheckpoint", "watch", "rank_intervals",
            "RankIntervals"]

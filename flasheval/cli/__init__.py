@@ -31,7 +31,7 @@ __all__ = ["main", "build_parser"]
 # Subcommand modules of this package, in the order `--help` lists them.
 _COMMAND_MODULES: tuple[str, ...] = (
     "tasks", "aggregate", "evaluate", "lm_eval", "reference", "tiers", "place", "watch", "backtest", "sweep", "dior",
-    "report", "scaling",
+    "report", "scaling", "export",
 )
 
 

@@ -27,12 +27,17 @@ __all__ = ["register", "run", "format_intervals"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("reference", help="import, build or show a reference leaderboard")
     sub = parser.add_subparsers(dest="reference_command", metavar="ACTION", required=True)
-    imp = sub.add_parser("import", help="build a reference from a long parquet file or lm-eval --log_samples output")
+    imp = sub.add_parser("import", help="build a reference from a long parquet file, lm-eval --log_samples output or "
+                         "Every Eval Ever records")
     imp.add_argument("source_path", metavar="FILE_OR_DIR")
     imp.add_argument("--format", required=True, choices=IMPORT_FORMATS)
     imp.add_argument("--name", required=True, help="reference name (folder name)")
     imp.add_argument("--suite", help="long-parquet: keep only rows with this 'suite' value")
-    imp.add_argument("--metric", help="lm-eval-samples: per-sample metric key (default: acc, exact_match, acc_norm)")
+    imp.add_argument("--metric", help="lm-eval-samples: per-sample metric key (default: acc, exact_match, acc_norm); "
+                     "every-eval-ever: import only the results of this metric_id")
+    imp.add_argument("--missing", choices=MISSING_POLICIES,
+                     help="every-eval-ever: leave out results without instance-level data (the model lacks that "
+                     "dataset) under this missing-data policy (default: refuse them)")
     imp.add_argument("--output", "--output-dir", dest="output", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES, else reference_rankings/ of the checkout, or of the working folder for an installed package)")
     imp.add_argument("--source", default="", help="where the numbers come from (stored in the manifest)")
     imp.add_argument("--licence", default="unknown")
@@ -126,7 +131,7 @@ def _import(args: argparse.Namespace) -> int:
         args.source_path, format=args.format, name=args.name, output=args.output, suite=args.suite,
         metric=args.metric, source=args.source, licence=args.licence, metric_description=args.metric_description,
         higher_is_better=not args.lower_is_better, aggregate=args.aggregate, random_baselines=args.random_baselines,
-        include_path=args.include_path, notes=args.notes, force=args.force)
+        include_path=args.include_path, notes=args.notes, force=args.force, missing=args.missing)
     for line in _import_summary(imported, lm_eval=args.format == "lm-eval-samples"):
         print(line)
     return 0

@@ -24,6 +24,13 @@ Formats
     live placement needs to score a new model the same way (task configs, few-shot count and
     seed, lm-eval version; :class:`flasheval.lmeval.settings.LmEvalSettings`). Both are read in one
     pass, model by model and line by line (:mod:`flasheval.reference.lmeval_logs`).
+``every-eval-ever``
+    Every Eval Ever records (schema 0.3.0): aggregate logs (``*.json``) and their instance-level lines
+    (``*.jsonl``), a folder of them or one log (:mod:`flasheval.reference.every_eval_ever`). The dataset is an
+    evaluation result's ``evaluation_name``, the example id its ``sample_id``, the score ``evaluation.score``
+    (``token_usage.total_tokens`` as the token count when every line has it); the metric and its direction are
+    the records' (``metric_config``). A result without instance-level data is refused unless a missing-data
+    policy is named (``missing``); the manifest's ``source`` says who made the records with what.
 
 :func:`read_long_parquet` and :func:`read_lm_eval_samples` return the same rows as a data frame, for
 data small enough to hold as one.
@@ -42,7 +49,8 @@ import pandas as pd
 from flasheval.checks import check_name, check_output
 from flasheval.errors import InputError, UnknownNameError
 from flasheval.lmeval.settings import LmEvalSettings
-from flasheval.reference.leaderboard import references_root
+from flasheval.reference.every_eval_ever import EveryEvalEver, scan_every_eval_ever
+from flasheval.reference.leaderboard import MISSING_POLICIES, pool, references_root
 from flasheval.reference.manifest import MANIFEST_FILE
 from flasheval.reference.lmeval_logs import scan_lm_eval_samples
 from flasheval.reference.long_table import LONG_COLUMNS, scan_long_table
@@ -52,7 +60,7 @@ from flasheval.reference.writing import WrittenReference, write_scores
 __all__ = ["IMPORT_FORMATS", "ImportedReference", "check_import_options", "import_reference", "read_long_parquet", "read_lm_eval_samples",
            "read_lm_eval_settings"]
 
-IMPORT_FORMATS: tuple[str, ...] = ("long-parquet", "lm-eval-samples")
+IMPORT_FORMATS: tuple[str, ...] = ("long-parquet", "lm-eval-samples", "every-eval-ever")
 _LONG_COLUMNS = LONG_COLUMNS
 
 
@@ -122,18 +130,23 @@ class ImportedReference:
     """lm-eval: why no settings were recorded."""
 
 
-def check_import_options(source_path: object, source_format: object, suite: object, include_path: object) -> None:
+def check_import_options(source_path: object, source_format: object, suite: object, include_path: object,
+                         missing: object = None) -> None:
     """The source's path and format, and the options that apply to one format only, checked before anything is
     read (:func:`flasheval.import_reference` calls it before it reads a baselines file)."""
     if not isinstance(source_path, (str, os.PathLike)) or not str(source_path).strip():
-        raise InputError(f"expected the path of a parquet file or lm-eval output folder, got {source_path!r}",
+        raise InputError(f"expected the path of a parquet file, an lm-eval output folder or Every Eval Ever records, "
+                         f"got {source_path!r}",
                          field="SOURCE")
     if source_format not in IMPORT_FORMATS:
         raise UnknownNameError("import format", source_format, IMPORT_FORMATS, field="--format")
     for option, value, applies in (("--suite", suite, "long-parquet"), ("--include-path", include_path,
-                                                                        "lm-eval-samples")):
+                                                                        "lm-eval-samples"),
+                                   ("--missing", missing, "every-eval-ever")):
         if value is not None and source_format != applies:
             raise InputError(f"applies to --format {applies} only", field=option)
+    if missing is not None and missing not in MISSING_POLICIES:
+        raise UnknownNameError("missing-data policy", missing, MISSING_POLICIES, field="--missing")
 
 
 def import_reference(source_path: str | os.PathLike[str], *, source_format: str, name: str,
@@ -141,13 +154,15 @@ def import_reference(source_path: str | os.PathLike[str], *, source_format: str,
                      metric: str | None = None, source: str = "", licence: str = "unknown",
                      metric_description: str = "", higher_is_better: bool = True, aggregate: str = "mean",
                      random_baselines: Mapping[str, float] | None = None, include_path: str | None = None,
-                     notes: str = "", force: bool = False) -> ImportedReference:
-    """Read a long parquet file or an lm-eval ``--log_samples`` folder, streamed, and write it as reference ``name``.
+                     notes: str = "", force: bool = False, missing: str | None = None) -> ImportedReference:
+    """Read a long parquet file, an lm-eval ``--log_samples`` folder or Every Eval Ever records, streamed, and write
+    it as reference ``name``.
 
     Parameters
     ----------
     source_path
-        The parquet file (``source_format="long-parquet"``) or the lm-eval output folder (``"lm-eval-samples"``).
+        The parquet file (``source_format="long-parquet"``), the lm-eval output folder (``"lm-eval-samples"``), or
+        a folder of Every Eval Ever records or one log (``"every-eval-ever"``).
     source_format
         One of :data:`IMPORT_FORMATS`.
     name
@@ -156,7 +171,8 @@ def import_reference(source_path: str | os.PathLike[str], *, source_format: str,
     suite
         long-parquet: keep only the rows with this ``suite`` value.
     metric
-        lm-eval: the per-sample metric key (default: ``acc``, ``exact_match``, ``acc_norm``).
+        lm-eval: the per-sample metric key (default: ``acc``, ``exact_match``, ``acc_norm``); every-eval-ever:
+        import only the results of this ``metric_id`` (needed where one dataset is scored with two metrics).
     metric_description
         The manifest's ``metric`` (default: ``metric``, else ``"score"``); see
         :func:`~flasheval.reference.writing.write_scores` for the score-range check it drives.
@@ -164,11 +180,16 @@ def import_reference(source_path: str | os.PathLike[str], *, source_format: str,
         lm-eval: the folder of the custom task YAMLs the logs were made with (recorded for placement).
     force
         Replace an existing reference ``name``.
+    missing
+        every-eval-ever: ``None`` refuses a result without instance-level data; ``complete-models`` or
+        ``common-datasets`` leaves it out (the model lacks that dataset) and checks that policy gives a pool.
+    higher_is_better
+        The scores' direction; every-eval-ever: must be the records' (``metric_config.lower_is_better``).
 
     The other parameters go to the manifest. Peak memory is about the float32 score matrices twice (the
     import and the written reference read back once) plus one batch or one model's logs.
     """
-    check_import_options(source_path, source_format, suite, include_path)
+    check_import_options(source_path, source_format, suite, include_path, missing)
     check_name(name, what="reference name")
     check_output(output, field="--output")
     out = references_root(output) / name
@@ -177,13 +198,22 @@ def import_reference(source_path: str | os.PathLike[str], *, source_format: str,
     build, settings, why = None, None, ""
     if source_format == "long-parquet":
         matrices = scan_long_table(source_path, suite=suite, dtype=np.float32)
+    elif source_format == "every-eval-ever":
+        eee = scan_every_eval_ever(source_path, metric=metric, missing=missing, dtype=np.float32)
+        _check_every_eval_ever(eee, higher_is_better, name, missing)
+        matrices, source = eee.matrices, source or f"{eee.provenance}; read from {source_path}"
+        metric_description = metric_description or _metrics_text(eee.metrics)
+        if eee.skipped:  # named in the manifest: a model left out is not lost silently
+            notes = (f"{notes} " if notes else "") + (f"Left out under --missing {missing} (no instance-level data): "
+                                                      f"{', '.join(eee.skipped)}.")
     else:
         include = str(Path(include_path).resolve()) if include_path else ""
         logs = scan_lm_eval_samples(source_path, metric=metric, include_path=include, dtype=np.float32)
         matrices, settings, why = logs.matrices, logs.settings, logs.no_settings
         build = None if settings is None else settings.to_json()
     built = f"flasheval reference import --format {source_format} {Path(source_path).name}" + (
-        f" --suite {suite}" if suite else "") + (f" --metric {metric}" if metric else "")
+        f" --suite {suite}" if suite else "") + (f" --metric {metric}" if metric else "") + (
+        f" --missing {missing}" if missing else "")
     try:
         written = write_scores(out, matrices, name=name, source=source or str(source_path), licence=licence,
                                metric=metric_description or metric or "score", higher_is_better=higher_is_better,
@@ -195,3 +225,22 @@ def import_reference(source_path: str | os.PathLike[str], *, source_format: str,
                              line=exc.line, field=exc.field) from None
         raise
     return ImportedReference(written=written, settings=settings, no_settings=why)
+
+
+def _metrics_text(metrics: Mapping[str, str]) -> str:
+    """The manifest's ``metric`` from Every Eval Ever records: the one metric, or each dataset's."""
+    names = sorted(set(metrics.values()))
+    if len(names) == 1:
+        return f"{names[0]} (Every Eval Ever metric_id)"
+    return "Every Eval Ever metric_id per dataset: " + "; ".join(f"{d}: {m}" for d, m in metrics.items())
+
+
+def _check_every_eval_ever(eee: EveryEvalEver, higher_is_better: bool, name: str, missing: str | None) -> None:
+    """The direction given against the records', and the missing-data policy named against the pool it leaves."""
+    if eee.higher_is_better != higher_is_better:
+        says = "lower" if eee.higher_is_better is False else "higher"
+        raise InputError(f"the records say {says} is better (metric_config.lower_is_better "
+                         f"{not eee.higher_is_better}); {'pass' if says == 'lower' else 'leave out'} --lower-is-better",
+                         path=eee.matrices.source, field="--lower-is-better")
+    if missing is not None:
+        pool(eee.matrices, name, missing, where=eee.matrices.source)
