@@ -188,10 +188,15 @@ def write_records(evaluations: Sequence[ModelScores], output: str | Path, *, org
     blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise InputError("is a file, not a folder", path=blocker, field="--output")
+    stems = [record_stem(scores) for scores in evaluations]
+    twice = next((s for s in stems if stems.count(s) > 1), None)
+    if twice is not None:  # one file would overwrite the other: nothing is written
+        raise InputError(f"two evaluations would be written as {twice}.json (the same model and evaluation time); "
+                         "export them apart", field="SOURCE")
     written = []
     retrieved = time.time()
-    for scores in evaluations:
-        stem = root / record_stem(scores)
+    for scores, stem_name in zip(evaluations, stems):
+        stem = root / stem_name
         try:
             stem.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

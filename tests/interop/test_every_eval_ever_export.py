@@ -115,3 +115,30 @@ def test_what_cannot_be_exported_is_refused_in_one_line(run_dir, tmp_path, capsy
     with pytest.raises(InputError, match="reference 'no-such-reference'.*give its folder"):
         flasheval.export(tmp_path / "place.json", format="every-eval-ever", output=tmp_path / "o")
     assert not (tmp_path / "o").exists()
+    # two evaluations that would land in one file (the same model placed twice within a second): nothing written
+    from flasheval.interop.every_eval_ever import DatasetScores, ModelScores, write_records
+
+    one = ModelScores(model_id="org/m", benchmark="b", metric="acc", created=1.0, datasets=(
+        DatasetScores(dataset="d", example_ids=("x",), scores=np.array([1.0])),))
+    with pytest.raises(InputError, match="two evaluations would be written as data/b/org/m/"):
+        write_records([one, one], tmp_path / "o", organization="o")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_live_placement_exports_the_examples_its_record_holds(run_dir, tmp_path, eee_validators):
+    # A live record's examples are its own (live.examples: task, id, score, tokens), not the reference's: here a copy
+    # of a replayed record given such an entry, with scores and tokens no reference holds.
+    record = json.loads((run_dir / "checkpoints" / "step-100" / "place.json").read_text())
+    rows = [{"task_name": t, "example_id": f"e{i}", "score": s, "n_tokens": 10 + i}
+            for i, (t, s) in enumerate([("alpha", 1.0), ("alpha", 0.0), ("beta", 0.5)])]
+    record["payload"]["live"] = {"fingerprint": "sha256:abc", "seconds": 1.0, "examples": rows}
+    (tmp_path / "live").mkdir()
+    (tmp_path / "live" / "place.json").write_text(json.dumps(record))
+    flasheval.export(tmp_path / "live", format="every-eval-ever", output=tmp_path / "eee")
+    assert schema_errors(tmp_path / "eee", eee_validators) == []
+    lines = [json.loads(x) for p in (tmp_path / "eee").rglob("*.jsonl") for x in p.read_text().splitlines()]
+    assert [(x["evaluation_name"], x["sample_id"], x["evaluation"]["score"], x["token_usage"]["total_tokens"])
+            for x in lines] == [(r["task_name"], r["example_id"], r["score"], r["n_tokens"]) for r in rows]
+    (log,) = _logs(tmp_path / "eee").values()
+    assert {r["evaluation_name"]: r["metric_config"]["score_type"] for r in log["evaluation_results"]} == {
+        "alpha": "binary", "beta": "continuous"}
