@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
+
 from benchmarks import seconds_saved as ss
 
 
@@ -25,8 +27,27 @@ def test_the_verdict_is_each_models_median_ratio_and_every_round_is_reported():
     assert statistics.mean(ratios) < 0.81 and median["token_saving"] == 2.0
     row = {"model": "m", "rounds": rounds, "full_data_rank": 2, "median": median}
     text = ss.report([row, {**row, "model": "n", "rounds": rounds[:1], "median": ss.median_savings(rounds[:1])}])
-    assert "met for 1 of 2 models; single rounds: 2 of 4 >= 0.8, worst 0.61" in text
+    assert ss.GOAL == 0.9 and ss.TOKEN_GOAL == 4.0  # issue 46's goals
+    assert "met for 0 of 2 models; single rounds: 0 of 4 >= 0.9, worst 0.61" in text
+    every = statistics.median(ratios + ratios[:1])  # model n has round 1 only
+    assert f"placement tokens/s over the evaluation's (goal >= 0.95): median of every round {every:.2f}, 0 of 4" in text
+    assert "size (median token saving over the held-out models >= 4x, as on a real leaderboard): 2.00x, NOT met" in text
     assert text.count("place ") == 4 and text.count("evaluate ") == 4 and text.count("median/") == 2
+    # the ratio is the placement's tokens/s over the evaluation's (both without the load), printed per call
+    for got in rounds:
+        assert got["ratio"] == pytest.approx(got["place_tokens_per_second"] / got["evaluate_tokens_per_second"])
+    assert f" {500 / 100.0:>6.0f}  " in text and f" {1000 / 122.0:>6.0f}" in text
+
+
+def test_the_first_build_is_recorded_once_and_quoted_after(tmp_path):
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(tasks="copa", examples_per_task=1000, dtype="float32")
+    assert "predates" in ss.first_build(tmp_path, args, ["m=hf:x"], 5.0, fresh=False)  # a store from before
+    assert "took 1234 s" in ss.first_build(tmp_path, args, ["m=hf:x"], 1234.0, fresh=True)
+    later = ss.first_build(tmp_path, args, ["m=hf:x"], 20.0, fresh=False)
+    assert "took 1234 s" in later and "this run's: 20 s" in later
+    assert "predates" in ss.first_build(tmp_path, args, ["m=hf:y"], 20.0, fresh=False)  # another pool: another key
 
 
 def test_rounds_that_place_a_model_differently_are_flagged():
