@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["FILE_MODE", "atomic_file", "atomic_write_text", "atomic_write_bytes", "fsync_dir"]
+__all__ = ["FILE_MODE", "atomic_file", "atomic_write_text", "atomic_write_bytes", "fsync_dir", "with_path"]
 
 FILE_MODE = 0o644
 """Mode every file is created with, less the process's umask: readable by all, writable by its owner, never more open
@@ -51,10 +51,24 @@ def atomic_file(path: str | os.PathLike[str], *, binary: bool = False) -> Iterat
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        named = with_path(exc, target)
+        if named is exc:
+            raise
+        raise named from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(target.parent)
+
+
+def with_path(exc: OSError, path: str | os.PathLike[str] | None) -> OSError:
+    """``exc`` naming ``path`` where it names no file: a failed ``write`` or ``fsync`` ("No space left on device",
+    a quota, an I/O error) says which file it was writing (of the same class, for the same errno)."""
+    if exc.filename is not None or path is None or exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), os.fspath(path))
 
 
 def _create_temporary(target: Path) -> tuple[int, str]:

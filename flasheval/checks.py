@@ -26,7 +26,8 @@ import numpy as np
 
 from flasheval.errors import InputError
 
-__all__ = ["DTYPES", "LOAD_DTYPES", "MAX_RESAMPLES", "check_dtype", "check_count", "check_seed", "check_n_examples",
+__all__ = ["DTYPES", "LOAD_DTYPES", "MAX_RESAMPLES", "MAX_CHECKPOINTS", "is_whole", "is_real",
+           "check_dtype", "check_count", "check_seed", "check_n_examples",
            "check_name", "check_model_id", "check_output", "check_confidence_level", "check_positive", "check_n_resamples",
            "check_limit", "check_counts", "check_keywords", "check_flag", "name_list"]
 
@@ -35,6 +36,23 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 LOAD_DTYPES = ("auto", *DTYPES)
 """What a model may be loaded in (``auto``: float32 on CPU, bfloat16 on a GPU that supports it)."""
+
+
+def is_whole(value: object) -> bool:
+    """Whether ``value`` is an integer: a Python ``int`` or a numpy integer scalar (``np.int64(200)``), not a bool
+    (``3.0`` is a float: refused where a count is asked, so a mistyped value is never rounded)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_real(value: object) -> bool:
+    """Whether ``value`` is a real number: an integer (:func:`is_whole`) or a Python or numpy float, not a bool."""
+    return is_whole(value) or isinstance(value, (float, np.floating))
+
+
+def _got(value: object, *, kind_ok: bool) -> str:
+    """How a refused value is shown: its Python value, and its type where the type is what is wrong."""
+    shown = value.item() if isinstance(value, np.generic) else value
+    return f"got {shown!r}" if kind_ok else f"got {shown!r} (a {type(value).__name__})"
 
 
 def check_dtype(value: object, *, field: str = "--dtype", allowed: tuple[str, ...] = DTYPES, why: str = "") -> str:
@@ -46,9 +64,9 @@ def check_dtype(value: object, *, field: str = "--dtype", allowed: tuple[str, ..
 
 def check_count(value: object, *, field: str = "--batch-size") -> int:
     """``value`` as a count (an integer >= 1: a batch size, models in memory); refused in one line naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"must be an integer >= 1, got {value!r}", field=field)
-    return value
+    if not is_whole(value) or value < 1:  # type: ignore[operator]
+        raise InputError(f"must be an integer >= 1, {_got(value, kind_ok=is_whole(value))}", field=field)
+    return int(value)  # type: ignore[arg-type]
 
 
 def check_seed(value: object, *, field: str = "--seed", generator: bool = False) -> Any:
@@ -64,20 +82,20 @@ def check_seed(value: object, *, field: str = "--seed", generator: bool = False)
     >>> check_seed(1.5, generator=True)
     Traceback (most recent call last):
     ...
-    flasheval.errors.InputError: field '--seed': must be an integer >= 0 or a numpy Generator, got 1.5
+    flasheval.errors.InputError: field '--seed': must be an integer >= 0 or a numpy Generator, got 1.5 (a float)
     """
     if value is None or (generator and isinstance(value, np.random.Generator)):
         return value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_whole(value) or value < 0:  # type: ignore[operator]
         what = "an integer >= 0 or a numpy Generator" if generator else "an integer >= 0"
-        raise InputError(f"must be {what}, got {value!r}", field=field)
-    return value
+        raise InputError(f"must be {what}, {_got(value, kind_ok=is_whole(value))}", field=field)
+    return int(value)  # type: ignore[arg-type]
 
 
 def check_n_examples(value: object, *, field: str = "--n-examples") -> None:
     """Refuse an example count that is not an integer >= 1 (``None``, every example, passes)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InputError(f"must be >= 1, got {value}", field=field)
+    if value is not None and (not is_whole(value) or value < 1):  # type: ignore[operator]
+        raise InputError(f"must be >= 1, {_got(value, kind_ok=is_whole(value))}", field=field)
 
 
 MAX_RESAMPLES = 100_000
@@ -85,6 +103,12 @@ MAX_RESAMPLES = 100_000
 ``n_resamples x n_models`` score array per look (8 bytes each), so 100,000 resamples of a
 1,000-model pool is 0.8 GB; beyond that memory, not precision, is what runs out (a percentile
 interval's Monte Carlo error at 10,000 resamples is already well below one rank)."""
+
+
+MAX_CHECKPOINTS = 10**6
+"""Most checkpoints a run may plan to place (``simultaneous``): each is placed at ``1 - alpha / K``, and past a
+million checkpoints that level (``1 - 5e-8`` at 95%) is beyond what any bootstrap or simulation resolves; by
+``10**15`` it is 1.0 in floating point, where no interval exists."""
 
 
 def check_name(value: object, *, field: str = "--name", what: str = "name") -> str:
@@ -151,26 +175,25 @@ def check_confidence_level(value: object, *, field: str = "--confidence-level") 
     ...
     flasheval.errors.InputError: field '--confidence-level': must be a number in [0.5, 1), got 1.0
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.5 <= value < 1:
-        raise InputError(f"must be a number in [0.5, 1), got {value!r}", field=field)
-    return float(value)
+    if not is_real(value) or not 0.5 <= value < 1:  # type: ignore[operator]
+        raise InputError(f"must be a number in [0.5, 1), {_got(value, kind_ok=is_real(value))}", field=field)
+    return float(value)  # type: ignore[arg-type]
 
 
 def check_positive(value: object, *, field: str) -> None:
     """Refuse a number that is not finite and > 0 (``None`` passes): sizes, parameter counts, and the one rule
     for a budget's caps (examples, tokens, FLOPs, seconds)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                              or not (math.isfinite(value) and value > 0)):
-        raise InputError(f"must be a positive number, got {value!r}", field=field)
+    if value is not None and (not is_real(value) or not (math.isfinite(value) and value > 0)):  # type: ignore
+        raise InputError(f"must be a positive number, {_got(value, kind_ok=is_real(value))}", field=field)
 
 
 def check_n_resamples(value: object, *, field: str = "n_resamples", minimum: int = 100) -> int:
     """``value`` as a bootstrap resample count: an integer in [``minimum``, :data:`MAX_RESAMPLES`] (100 by default:
     enough for a tail quantile). The one rule and the one message for every count of resamples or instantiations."""
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_RESAMPLES:
+    if not is_whole(value) or not minimum <= value <= MAX_RESAMPLES:  # type: ignore[operator]
         raise InputError(f"must be an integer from {minimum} to {MAX_RESAMPLES} (the ceiling keeps the bootstrap's "
-                         f"memory sane), got {value!r}", field=field)
-    return value
+                         f"memory sane), {_got(value, kind_ok=is_whole(value))}", field=field)
+    return int(value)  # type: ignore[arg-type]
 
 
 def check_keywords(given: Mapping[str, object], allowed: Collection[str], *, where: str) -> None:
@@ -200,10 +223,10 @@ def check_limit(value: object, *, field: str = "--limit") -> None:
     (``None``, every example, passes)."""
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
-            or (value > 1 and value != int(value)):
-        raise InputError(f"must be an integer >= 1 (examples per task) or a fraction in (0, 1], got {value!r}",
-                         field=field)
+    if not is_real(value) or not math.isfinite(value) or value <= 0 \
+            or (value > 1 and value != int(value)):  # type: ignore[operator, arg-type]
+        raise InputError(f"must be an integer >= 1 (examples per task) or a fraction in (0, 1], "
+                         f"{_got(value, kind_ok=is_real(value))}", field=field)
 
 
 def check_counts(values: object, *, field: str, what: str, maximum: int | None = None,
@@ -221,13 +244,12 @@ def check_counts(values: object, *, field: str, what: str, maximum: int | None =
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
         raise InputError(f"give a non-empty list of {what}, got {values!r}", field=field)
     top = "" if maximum is None else f" and <= {maximum}{why}"
-    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 or (maximum is not None and v > maximum)
-           for v in values):
+    if any(not is_whole(v) or v < 1 or (maximum is not None and v > maximum) for v in values):
         raise InputError(f"{what} must be integers >= 1{top}, got {str(list(values))[:80]}", field=field)
     twice = sorted(v for v, n in Counter(values).items() if n > 1)
     if twice:
         raise InputError(f"{twice[0]} listed twice in {str(list(values))[:80]}", field=field)
-    return tuple(values)
+    return tuple(int(v) for v in values)
 
 
 def name_list(value: object, *, field: str, what: str = "", allow_empty: bool = False,

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from os import PathLike
 
 __all__ = [
+    "shown_name",
     "FlashevalError",
     "InputError",
     "UnknownNameError",
@@ -24,10 +25,16 @@ class FlashevalError(Exception):
     """Root of every error flasheval raises on purpose (bad input, refused operation)."""
 
 
+def shown_name(name: str) -> str:
+    """``name`` as lists and tables show it: as it is, or escaped (``'m\\u200b2'``) where it holds a character that
+    does not print (a zero-width space, a newline), so a look-alike of another name is seen as what it is."""
+    return name if name.isprintable() else repr(name)
+
+
 def _allowed_text(allowed: Iterable[object] | None) -> str:
     if allowed is None:
         return ""
-    values = [str(a) for a in allowed]
+    values = [shown_name(v) for v in map(str, allowed)]  # a look-alike name shown escaped
     if len(values) > 12:
         values = values[:12] + [f"... ({len(values) - 12} more)"]
     return f" (allowed: {', '.join(values)})"

@@ -9,7 +9,7 @@ from flasheval.errors import InputError
 from flasheval.records.run_record import SCHEMA_VERSION, read_record, write_record
 
 
-RUN = {"name": "r", "reference_source": "helm_lite", "tiers": [],
+RUN = {"name": "r", "reference_source": "helm_lite", "tiers": [{"first": 1, "resolution": 0}],
        "settings": {"reference": "helm_lite", "plan": "default", "confidence_level": 0.95}}
 """The smallest payload its kind's schema passes (``write_record`` checks it before writing)."""
 

@@ -33,6 +33,7 @@ from flasheval.placement.results import Budget, Placed, PlacementResult, StageRe
 from flasheval.placement.tiers import TierPlan
 from flasheval.placement.looks import first_look
 from flasheval.records.run_record import prepare_output, write_record
+from flasheval.runs.folder import check_folder_kind
 from flasheval.stats.sampling import example_order
 from flasheval.reference import ReferenceLeaderboard
 from flasheval.reference.intervals import interval_neighbours
@@ -296,6 +297,7 @@ def _prepare(output: str | Path | None, model_id: str, settings: dict[str, Any],
              note: bool = True) -> None:
     """Check ``output`` before the run spends anything (an unwritable folder, another model's or settings' record)."""
     if output is not None:
+        check_folder_kind(output, kind="place", field="--output")
         prepare_output(output, record=RECORD_FILE, note=note, kind="place", model_id=model_id, force=force,
                        settings=settings)
 

@@ -23,7 +23,7 @@ from flasheval.api.resolve import live_options, refuse_time_budget, resolve_budg
 from flasheval.engine.hf.in_memory import LoadedModel, is_transformers_model
 from flasheval.errors import InputError
 from flasheval.reference.scoring.live import prepare_scoring
-from flasheval.checks import check_keywords, check_name
+from flasheval.checks import check_keywords
 from flasheval.placement.results import Budget
 from flasheval.runs.coverage import check_n_checkpoints, simultaneous_level, split_level
 from flasheval.runs.folder import (
@@ -31,13 +31,17 @@ from flasheval.runs.folder import (
     STORE_DIR,
     RunCheckpoint,
     RunHistory,
+    check_folder_kind,
     check_settings,
+    check_step,
     fix_settings,
     hold_run,
     read_run,
     read_settings,
     record_fingerprint,
     record_path,
+    reference_digest,
+    run_folder_path,
 )
 from flasheval.placement.tiers import TierPlan, plan_from_json, plan_to_json
 from flasheval.records.run_record import prepare_output, read_record, write_record
@@ -48,21 +52,6 @@ __all__ = ["place_checkpoint", "read_run", "RunHistory", "RunCheckpoint"]
 logger = logging.getLogger(__name__)
 
 _RUN_DECIDES = ("output", "store")
-
-
-def _check_step(step: object) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise InputError(f"must be an integer >= 0, got {step!r}", field="step")
-    return step
-
-
-def run_folder_path(run: object) -> Path:
-    """``run`` as a run folder: a non-empty path whose folder name is a name (:func:`~flasheval.checks.check_name`:
-    the run's name, which keys its in-memory checkpoints' stored results)."""
-    if not isinstance(run, (str, Path)) or not str(run).strip():
-        raise InputError(f"expected a run folder (str or Path), got {run!r}", field="run")
-    check_name(Path(run).resolve().name, field="run", what="run name (the run folder's name)")
-    return Path(run)
 
 
 def _is_writer(distributed: object) -> bool:
@@ -100,9 +89,21 @@ def _run_payload(name: str, ref: ReferenceLeaderboard, source: str, plan: TierPl
     settings = {"reference": ref.name, "plan": plan.name, "confidence_level": plan.confidence_level, "seed": seed,
                 "dtype": dtype, "engine": engine, "aggregate": kwargs.get("aggregate"),
                 "missing": kwargs.get("missing", "complete-models"), "simultaneous": simultaneous}
-    return {"name": name, "reference_source": source,
+    return {"name": name, "reference_source": source, "reference_digest": reference_digest(ref),
             "settings": settings, "plan_level": level, "plan_spec": plan_to_json(given),
             "tiers": [{"first": t.first, "last": t.last, "resolution": t.resolution} for t in tiers]}
+
+
+def _run_reference(reference: Any, saved: dict[str, Any] | None, run: Path, missing: str) -> ReferenceLeaderboard:
+    """The reference given, else the run's (``run.json``'s ``reference_source``: an error names that file and field,
+    not an option the caller did not give)."""
+    if saved is None or reference is not saved["reference_source"]:
+        return resolve_reference(reference, missing=missing)
+    try:
+        return resolve_reference(reference, missing=missing)
+    except InputError as exc:
+        raise InputError(f"the run's reference {reference!r} cannot be loaded ({exc}); give reference= (--reference)",
+                         path=run / RUN_FILE, field="payload.reference_source") from None
 
 
 def _model(model: Any, tokenizer: Any, identity: str | None, default: str) -> Any:
@@ -174,7 +175,7 @@ def check_checkpoint_args(model: Any, *, run: Any, step: Any, reference: Any, to
     later), every keyword of :func:`flasheval.place`. Returns the folder, the step and the budget (with
     ``max_seconds``)."""
     folder = run_folder_path(run)
-    step = _check_step(step)
+    step = check_step(step)
     if simultaneous is not None:
         check_n_checkpoints(simultaneous)
     for name in _RUN_DECIDES:
@@ -283,7 +284,7 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
         reference = saved["reference_source"]
     if simultaneous is None and saved is not None:
         simultaneous = saved["settings"].get("simultaneous")
-    ref = resolve_reference(reference, missing=place_kwargs.get("missing", "complete-models"))
+    ref = _run_reference(reference, saved, folder, place_kwargs.get("missing", "complete-models"))
     resolved = _model(model, tokenizer, place_kwargs.pop("identity", None), f"{name}/step-{step}")
     if isinstance(resolved, ReplayModel):  # before the run folder is touched
         refuse_time_budget(budget)
@@ -297,6 +298,7 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
         _warn_group_timeout(folder, budget.max_seconds)
     with ExitStack() as stack:
         if writer:
+            check_folder_kind(folder, kind="run", field="run")
             prepare_output(folder, field="run")
             stack.callback(os.close, hold_run(folder))
             fix_settings(folder, payload)

@@ -14,8 +14,9 @@ from flasheval.cli._options import add_device_map_options, add_progress_options,
 from flasheval.cli.lm_eval import add_lm_eval_task_options
 from flasheval.api.build import build_reference
 from flasheval.checks import DTYPES
-from flasheval.errors import InputError
+from flasheval.errors import InputError, shown_name
 from flasheval.reference import IMPORT_FORMATS, MANIFEST_FILE, MISSING_POLICIES, load_reference
+from flasheval.reference.leaderboard import reference_folder
 from flasheval.api.importing import import_reference
 from flasheval.api.rank_intervals import RankIntervals, rank_intervals
 from flasheval.reference.importing import ImportedReference
@@ -161,6 +162,7 @@ def _import_summary(imported: ImportedReference, *, lm_eval: bool = False) -> li
 
 
 def _show(args: argparse.Namespace) -> int:
+    args.name = str(reference_folder(args.name, field="NAME"))  # named as show names it (a positional)
     if args.intervals:
         return _show_intervals(args)
     given = [flag for flag, on in (("--level", args.level != 0.95), ("--per-model", args.per_model),
@@ -177,7 +179,7 @@ def _show(args: argparse.Namespace) -> int:
     short = [d.rsplit("/", 1)[-1][:10] for d in ref.dataset_names]
     print(f"{'rank':>4}  {'model':<44} {kind:>9}  " + " ".join(f"{s:>10}" for s in short))
     for row in ref.ranking(kind):
-        print(f"{row.rank:>4}  {row.model_id:<44} {row.value:>9.4f}  " + " ".join(f"{v:>10.3f}" for v in row.dataset_means))
+        print(f"{row.rank:>4}  {shown_name(row.model_id):<44} {row.value:>9.4f}  " + " ".join(f"{v:>10.3f}" for v in row.dataset_means))
     if ref.excluded:
         print(f"excluded by the '{ref.missing_policy}' policy ({len(ref.excluded)}):")
         for what, why in ref.excluded:
@@ -202,7 +204,8 @@ def format_intervals(res: RankIntervals) -> list[str]:
              f"intervals, {how} (paired bootstrap of examples within each dataset, {res.n_resamples} resamples, "
              f"seed {res.seed})",
              f"{'rank':>4}  {'interval':>10}  {'group':>5}  {'model':<44} {res.aggregate:>9}"]
-    lines += [f"{m.rank:>4}  {f'[{m.interval[0]}, {m.interval[1]}]':>10}  {m.group:>5}  {m.model_id:<44} {m.value:>9.4f}"
+    lines += [f"{m.rank:>4}  {f'[{m.interval[0]}, {m.interval[1]}]':>10}  {m.group:>5}  {shown_name(m.model_id):<44} "
+              f"{m.value:>9.4f}"
               for m in res.models]
     lines.append(f"groups ({res.n_groups}): blocks of consecutive models whose intervals stay inside the block; the "
                  "blocks are ordered, the models within one are not (docs/leaderboards.md):")
@@ -210,10 +213,10 @@ def format_intervals(res: RankIntervals) -> list[str]:
     for g, members in enumerate(res.groups, start=1):
         end = start + len(members) - 1
         span = f"rank {start}" if start == end else f"ranks {start}-{end}"
-        shown = ", ".join(members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
+        shown = ", ".join(map(shown_name, members[:4])) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
         lines.append(f"  {g}: {span} ({len(members)} model{'s' if len(members) > 1 else ''}): {shown}")
         start = end + 1
     w = res.widest
     lines.append(f"adjacent pairs separable: {res.n_separable_adjacent} of {n - 1}; groups: {res.n_groups}; widest "
-                 f"interval: {w.model_id} rank {w.rank} [{w.interval[0]}, {w.interval[1]}] ({w.width + 1} ranks)")
+                 f"interval: {shown_name(w.model_id)} rank {w.rank} [{w.interval[0]}, {w.interval[1]}] ({w.width + 1} ranks)")
     return lines

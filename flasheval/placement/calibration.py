@@ -189,7 +189,7 @@ def calibrated_constant(values: Sequence[float], se: Sequence[float], fits: np.n
     if found is not None:
         _MEMO.move_to_end(key)
         return found
-    stored = read_cached(key)
+    stored = read_cached(key, **_bounds(se, confidence_level), step=step)
     if stored is not None:
         cal = Calibration(**stored)
     else:
@@ -204,6 +204,15 @@ def calibrated_constant(values: Sequence[float], se: Sequence[float], fits: np.n
 
 
 _MEMO: OrderedDict[str, Calibration] = OrderedDict()
+
+
+def _bounds(se: Sequence[float], confidence_level: float) -> dict[str, float]:
+    """Pocock's constant of the looks at ``alpha`` and at ``2 alpha`` (the lower bound): computed, never read."""
+    if len(se) == 0:
+        return {"pocock": 0.0, "lower_bound": 0.0}
+    information, alpha = tuple(1.0 / np.asarray(se, dtype=np.float64) ** 2), 1.0 - confidence_level
+    return {"pocock": pocock_constant(information, alpha),
+            "lower_bound": pocock_constant(information, min(2.0 * alpha, 0.999))}
 
 
 def _memo_key(values: Sequence[float], se: Sequence[float], fits: np.ndarray, confidence_level: float, n_paths: int,
@@ -229,8 +238,8 @@ def _calibrate(values: Sequence[float], se: Sequence[float], fits: np.ndarray, c
     if len(se_arr) == 0:
         return Calibration(constant=0.0, pocock=0.0, lower_bound=0.0, worst_miss=0.0)
     information = 1.0 / se_arr ** 2
-    pocock = pocock_constant(tuple(information), alpha)
-    bound = pocock_constant(tuple(information), min(2.0 * alpha, 0.999))
+    bounds = _bounds(se_arr, confidence_level)
+    pocock, bound = bounds["pocock"], bounds["lower_bound"]
     z = brownian_paths(information, n_paths, np.random.default_rng(seed))
     thetas, truths = limit_positions(values_arr)
     search = _Search(values=values_arr, se=se_arr, z=z, fits=fits, thetas=thetas, truths=truths,

@@ -13,11 +13,14 @@ Where: ``$FLASHEVAL_CACHE/calibration/`` when the variable is set (``off`` or em
 else ``$XDG_CACHE_HOME/flasheval/calibration/`` or ``~/.cache/flasheval/calibration/``. One small JSON
 file per calibration, written atomically (a temporary file renamed), so concurrent processes can share
 the folder. An entry is trusted only after :func:`check_entry`: a JSON object with this key and version,
-``constant``, ``pocock`` and ``lower_bound`` finite numbers with ``0 <= lower_bound <= constant <= pocock``
-(the calibrated constant always lies between Pocock's lower bound and Pocock's constant), ``worst_miss``
-a number in [0, 1] or NaN (no simulation). An entry that fails (unreadable, a list, a string, NaN, a
-constant outside its bounds) is recomputed and rewritten, with a warning naming the file and the field;
-an unwritable folder gives one warning and the run goes on without the disk cache.
+``pocock`` and ``lower_bound`` equal to what the code computes for the inputs (Pocock's constants at ``alpha``
+and ``2 alpha``: the bounds come from the code, never from the file), ``constant`` one the search can return
+(``lower_bound + j step`` for a whole ``j >= 0`` below ``pocock``, or ``pocock`` itself), ``worst_miss`` a
+number in [0, 1] or NaN (no simulation). An entry that fails (unreadable, a list, a string, NaN, bounds
+other than the code's, a constant off the search's grid) is recomputed and rewritten, with a warning naming
+the file and the field; an unwritable folder gives one warning and the run goes on without the disk cache.
+The cache is a cache: the key names the inputs, not a secret, so an entry rewritten on the grid with the
+code's bounds is used (delete the folder, or set ``FLASHEVAL_CACHE=off``, to recompute everything).
 """
 
 from __future__ import annotations
@@ -52,13 +55,15 @@ def _path(key: str) -> Path | None:
     return None if folder is None else folder / key[:2] / f"{key}.json"
 
 
-def read_cached(key: str) -> dict[str, float] | None:
-    """The stored fields of calibration ``key`` (``constant``, ``pocock``, ``lower_bound``, ``worst_miss``), or ``None``."""
+def read_cached(key: str, *, pocock: float, lower_bound: float, step: float) -> dict[str, float] | None:
+    """The stored fields of calibration ``key`` (``constant``, ``pocock``, ``lower_bound``, ``worst_miss``), or
+    ``None``; ``pocock``, ``lower_bound`` and ``step``: what the code computes for its inputs (:func:`check_entry`)."""
     path = _path(key)
     if path is None or not path.exists():
         return None
     try:
-        return check_entry(json.loads(path.read_text(encoding="utf-8")), key)
+        return check_entry(json.loads(path.read_text(encoding="utf-8")), key, pocock=pocock, lower_bound=lower_bound,
+                           step=step)
     except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         logger.warning("%s: unusable cached calibration (%s); recomputing it", path, exc)
         return None
@@ -72,17 +77,20 @@ def _number(data: dict, name: str, *, nan: bool = False) -> float:
     return float(value)
 
 
-def check_entry(data: object, key: str) -> dict[str, float]:
+def check_entry(data: object, key: str, *, pocock: float, lower_bound: float, step: float) -> dict[str, float]:
     """The fields of a cache entry read as ``data``, or :class:`ValueError` naming the field that fails.
 
-    >>> check_entry({"key": "k", "version": CALIBRATION_VERSION, "constant": 2.1, "pocock": 2.4,
-    ...              "lower_bound": 1.96, "worst_miss": 0.04}, "k")["constant"]
-    2.1
-    >>> check_entry({"key": "k", "version": CALIBRATION_VERSION, "constant": 0.5, "pocock": 2.4,
-    ...              "lower_bound": 1.96, "worst_miss": 0.04}, "k")
+    ``pocock`` and ``lower_bound`` are the code's, for the entry's inputs: the entry's must equal them, and its
+    ``constant`` must be one the search returns (``lower_bound + j step`` below ``pocock``, or ``pocock``).
+
+    >>> check_entry({"key": "k", "version": CALIBRATION_VERSION, "constant": 2.085, "pocock": 2.4,
+    ...              "lower_bound": 1.96, "worst_miss": 0.04}, "k", pocock=2.4, lower_bound=1.96, step=0.025)["constant"]
+    2.085
+    >>> check_entry({"key": "k", "version": CALIBRATION_VERSION, "constant": 0.01, "pocock": 0.02,
+    ...              "lower_bound": 0.0, "worst_miss": 0.04}, "k", pocock=2.4, lower_bound=1.96, step=0.025)
     Traceback (most recent call last):
     ...
-    ValueError: field 'constant': 0.5 is outside [lower_bound 1.96, pocock 2.4]
+    ValueError: field 'pocock': 0.02 is not the code's 2.4 for these inputs (an edited or foreign entry)
     """
     if not isinstance(data, dict):
         raise ValueError(f"a JSON {type(data).__name__}, not an object")
@@ -90,12 +98,17 @@ def check_entry(data: object, key: str) -> dict[str, float]:
         raise ValueError(f"field 'key'/'version': another key or version ({data.get('version')!r}, this flasheval "
                          f"writes {CALIBRATION_VERSION!r})")
     fields = {name: _number(data, name, nan=name == "worst_miss") for name in _FIELDS}
-    low, constant, pocock = fields["lower_bound"], fields["constant"], fields["pocock"]
-    if low < 0 or pocock < low:
-        raise ValueError(f"field 'lower_bound': {low!r} is not in [0, pocock {pocock!r}]")
     tol = 1e-9 * max(1.0, pocock)
-    if not low - tol <= constant <= pocock + tol:
-        raise ValueError(f"field 'constant': {constant!r} is outside [lower_bound {low!r}, pocock {pocock!r}]")
+    for name, code in (("pocock", pocock), ("lower_bound", lower_bound)):
+        if abs(fields[name] - code) > tol:
+            raise ValueError(f"field {name!r}: {fields[name]!r} is not the code's {code!r} for these inputs (an "
+                             "edited or foreign entry)")
+    constant = fields["constant"]
+    j = round((constant - lower_bound) / step) if step > 0 else 0
+    on_grid = j >= 0 and abs(constant - (lower_bound + step * j)) <= tol and constant <= pocock + tol
+    if not (on_grid or abs(constant - pocock) <= tol):
+        raise ValueError(f"field 'constant': {constant!r} is not a constant the search returns (lower_bound "
+                         f"{lower_bound!r} + j x {step!r} below pocock {pocock!r}, or pocock)")
     miss = fields["worst_miss"]
     if not math.isnan(miss) and not 0 <= miss <= 1:
         raise ValueError(f"field 'worst_miss': {miss!r} is not in [0, 1]")

@@ -5,8 +5,11 @@ of every element of list ``a``; ``a{}.b``: key ``b`` of every value of object ``
 may be absent; a type ending in ``|null`` may be ``null``; a field under an absent or ``null`` parent is not
 looked for. Type names: ``str``, ``int``, ``number`` (int or float, finite), ``bool``, ``object``, ``list``,
 ``items`` (a non-empty list),
-``strs`` / ``ints`` / ``numbers`` (lists of them), ``pair`` (``[low, high]`` ranks, ``1 <= low <= high``) and ``entry``
-(a leaderboard row: ``[model_id, value]`` or ``{"model_id", "value"}``).
+``strs`` / ``ints`` / ``numbers`` (lists of them), ``pair`` (``[low, high]`` ranks, ``1 <= low <= high``), ``entry``
+(a leaderboard row: ``[model_id, value]`` or ``{"model_id", "value"}``), and ranges: ``count`` (an integer >= 0),
+``size`` (an integer >= 1), ``level`` (a confidence level, a number in [0.5, 1)). What relates two fields (a rank
+within its interval, an interval within ``1 .. n_models + 1``, examples scored at most those there are, a tier's
+last rank at or after its first) is checked per kind by :func:`check_payload`.
 
 :func:`flasheval.records.run_record.read_record` checks every record of a kind named here against its schema, so
 every reader (``flasheval report``, ``read_run``, a watcher, a resumed placement, a score table read from
@@ -29,6 +32,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from flasheval.checks import MAX_CHECKPOINTS
 from flasheval.errors import InputError
 
 __all__ = ["PAYLOAD_SCHEMAS", "check_fields", "check_payload"]
@@ -50,6 +54,9 @@ _TYPES: Mapping[str, tuple[Callable[[Any], bool], str]] = MappingProxyType({
     "object": (lambda v: isinstance(v, dict), "an object"),
     "list": (lambda v: isinstance(v, list), "a list"),
     "items": (lambda v: isinstance(v, list) and len(v) > 0, "a non-empty list"),
+    "count": (lambda v: _int(v) and v >= 0, "an integer >= 0"),
+    "size": (lambda v: _int(v) and v >= 1, "an integer >= 1"),
+    "level": (lambda v: _number(v) and 0.5 <= v < 1, "a finite number in [0.5, 1) (a confidence level)"),
     "strs": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
     "ints": (lambda v: isinstance(v, list) and all(_int(x) for x in v), "a list of integers"),
     "numbers": (lambda v: isinstance(v, list) and all(_number(x) for x in v), "a list of numbers"),
@@ -119,18 +126,18 @@ def check_fields(data: Any, schema: Mapping[str, str], *, path: str | os.PathLik
                                  path=path, field=name)
 
 
-_COMPUTE = {"compute": "object", "compute.n_examples": "int", "compute.full_examples": "int",
+_COMPUTE = {"compute": "object", "compute.n_examples": "count", "compute.full_examples": "size",
             "compute.n_tokens?": "int|null", "compute.full_tokens?": "number|null", "compute.flops?": "number|null",
             "compute.saving?": "number|null", "compute.example_saving?": "number|null",
             "compute.token_saving?": "number|null"}
 
 _PLACE = {
     "model_id": "str", "reference": "str", "plan": "str", "seed": "int", "status": "str", "reason": "str",
-    "rank": "int|null", "interval": "pair", "confidence_level": "number", "tier": "str|null",
-    "resolution": "int|null", "n_models": "int", "aggregate?": "str|null", "full_data_rank?": "int|null",
+    "rank": "int|null", "interval": "pair", "confidence_level": "level", "tier": "str|null",
+    "resolution": "int|null", "n_models": "size", "aggregate?": "str|null", "full_data_rank?": "int|null",
     "stages": "list", "stages[]": "object", "stages[].stage": "int", "stages[].stage_size": "int|null",
     "stages[].n_examples": "ints", "stages[].rank": "int", "stages[].mid_rank": "number", "stages[].interval": "pair",
-    "stages[].confidence_level": "number", "stages[].tier": "str", "stages[].resolution": "int",
+    "stages[].confidence_level": "level", "stages[].tier": "str", "stages[].resolution": "int",
     "stages[].decision": "str", "stages[].reason": "str", "compute.full_flops?": "number|null",
     **_COMPUTE, "neighbours?": "strs|null", "leaderboard?": "list|null", "leaderboard[]": "entry",
     "timing?": "object|null", **{f"timing.{k}": "number" for k in (
@@ -209,9 +216,10 @@ _SCALING = {
 }
 
 _RUN = {
-    "name": "str", "reference_source": "str", "settings": "object", "settings.reference": "str",
-    "settings.plan": "str", "settings.confidence_level": "number", "tiers": "list", "tiers[]": "object",
-    "tiers[].first": "int", "tiers[].last?": "int|null", "tiers[].resolution": "int", "plan_spec?": "object",
+    "name": "str", "reference_source": "str", "reference_digest?": "str", "settings": "object", "settings.reference": "str",
+    "settings.plan": "str", "settings.confidence_level": "level", "settings.simultaneous?": "size|null",
+    "tiers": "items", "tiers[]": "object", "tiers[].first": "size", "tiers[].last?": "size|null",
+    "tiers[].resolution": "count", "plan_spec?": "object",
 }
 
 _REFERENCE_BUILD = {
@@ -244,6 +252,35 @@ def _within(items: list[tuple[str, dict]], key: str, path: str | os.PathLike[str
             raise InputError(f"rank {rank} is outside interval [{low}, {high}]", path=path, field=f"{where}.{key}")
 
 
+def _place_relations(payload: dict, path: str | os.PathLike[str] | None) -> None:
+    """A place record's ranks within its intervals, its intervals within ``1 .. n_models + 1`` (the pool and the
+    model placed) and its examples scored at most those there are."""
+    places = payload["n_models"] + 1
+    items = [("payload", payload), *((f"payload.stages[{i}]", st) for i, st in enumerate(payload["stages"]))]
+    for where, item in items:
+        if item["interval"][1] > places:
+            raise InputError(f"interval {item['interval']} reaches past rank {places} (n_models {payload['n_models']} "
+                             "and the model placed)", path=path, field=f"{where}.interval")
+    _within(items, "rank", path)
+    compute = payload["compute"]
+    if compute["n_examples"] > compute["full_examples"]:
+        raise InputError(f"{compute['n_examples']} examples scored of {compute['full_examples']} there are",
+                         path=path, field="payload.compute.n_examples")
+
+
+def _run_relations(payload: dict, path: str | os.PathLike[str] | None) -> None:
+    """A run record's tiers (each one's last rank at or after its first) and its planned checkpoints (at most
+    :data:`~flasheval.checks.MAX_CHECKPOINTS`)."""
+    planned = payload["settings"].get("simultaneous")
+    if planned is not None and planned > MAX_CHECKPOINTS:
+        raise InputError(f"{planned} planned checkpoints; at most {MAX_CHECKPOINTS:,}", path=path,
+                         field="payload.settings.simultaneous")
+    for i, tier in enumerate(payload["tiers"]):
+        if tier.get("last") is not None and tier["last"] < tier["first"]:
+            raise InputError(f"last {tier['last']} is before first {tier['first']}", path=path,
+                             field=f"payload.tiers[{i}].last")
+
+
 def _backtest_rows(one: dict, path: str | os.PathLike[str] | None, where: str) -> None:
     _within([(f"{where}.rows[{m}][{i}]", r) for m, rows in one["rows"].items() for i, r in enumerate(rows)],
             "placed_rank", path)
@@ -270,7 +307,9 @@ def check_payload(kind: str, payload: Any, *, path: str | os.PathLike[str] | Non
         return
     check_fields(payload, PAYLOAD_SCHEMAS.get(kind, {}), path=path)
     if kind == "place":  # a rank lies in its interval (the report draws rank - low and high - rank)
-        _within([(f"payload.stages[{i}]", s) for i, s in enumerate(payload["stages"])], "rank", path)
+        _place_relations(payload, path)
+    if kind == "run":
+        _run_relations(payload, path)
     if kind == "backtest":
         _backtest_rows(payload, path, "payload")
     for given, needed in _TOGETHER.get(kind, ()):  # a field that comes with another

@@ -23,10 +23,27 @@ from flasheval.stats.rank_intervals import linear_aggregate_replicates, rank_int
 from flasheval.stats.ranking import check_aggregate, check_random_baselines
 
 __all__ = ["ModelInterval", "RankIntervals", "reference_rank_intervals", "aggregate_weights", "interval_neighbours",
-           "INTERVAL_AGGREGATES"]
+           "INTERVAL_AGGREGATES", "MIN_INTERVAL_EXAMPLES", "check_interval_examples"]
 
 INTERVAL_AGGREGATES: tuple[str, ...] = ("mean", "centered")
 """Aggregates rank intervals are computed for (``win_rate`` is pool-dependent: refused)."""
+
+MIN_INTERVAL_EXAMPLES = 10
+"""Fewest examples a dataset needs for rank intervals. The bootstrap resamples each dataset's examples: with one
+example it has no variance at all (every interval would be an exact rank), and with a handful its spread
+underestimates the population's badly (the percentile bootstrap's coverage needs the data to stand in for the
+population); below ten the intervals would claim a precision the data do not have."""
+
+
+def check_interval_examples(reference: ReferenceLeaderboard, *, minimum: int = MIN_INTERVAL_EXAMPLES) -> None:
+    """Refuse, in one line naming the dataset and its count, a reference with a dataset of fewer than ``minimum``
+    examples (:data:`MIN_INTERVAL_EXAMPLES`)."""
+    for name, ids in zip(reference.dataset_names, reference.example_ids):
+        if len(ids) < minimum:
+            raise InputError(f"dataset {name!r} has {len(ids)} example{'s' if len(ids) != 1 else ''}; rank "
+                             f"intervals need at least {minimum} per dataset (a bootstrap of fewer has too little "
+                             "variance: its intervals would be too narrow, one example gives exact ranks)",
+                             path=reference.path, field="examples")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +151,7 @@ def reference_rank_intervals(reference: ReferenceLeaderboard, *, aggregate: str 
     """
     kind = aggregate or reference.manifest.aggregate
     weights, offset = aggregate_weights(reference, kind)
+    check_interval_examples(reference)
     higher = reference.ranking_higher_is_better(kind)
     observed, replicates = linear_aggregate_replicates(reference.scores, weights, offset=offset,
                                                        n_resamples=n_resamples, rng=rng)

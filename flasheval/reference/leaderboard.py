@@ -206,20 +206,24 @@ def _search_roots() -> list[Path]:
     return roots
 
 
-def reference_folder(name: str | os.PathLike[str]) -> Path:
+def reference_folder(name: str | os.PathLike[str], *, field: str = "--reference") -> Path:
     """Folder of a reference: a path, else ``NAME`` under the first of :func:`_search_roots` that has it
-    (``$FLASHEVAL_REFERENCES``, ``./reference_rankings`` for an installed package, the embedded references)."""
+    (``$FLASHEVAL_REFERENCES``, ``./reference_rankings`` for an installed package, the embedded references).
+    ``field``: how errors name the value (``NAME`` for ``reference show``, whose reference is positional)."""
     if not isinstance(name, (str, os.PathLike)) or not os.fspath(name).strip():
-        raise InputError(f"expected a reference name or folder, got {name!r}", field="--reference")
+        raise InputError(f"expected a reference name or folder, got {name!r}", field=field)
     direct = Path(name)
     if direct.is_dir():
         return direct
+    if direct.is_file():
+        raise InputError(f"a file, not a reference folder; name the folder that holds {MANIFEST_FILE} "
+                         f"({direct.parent})", path=direct, field=field)
     roots = _search_roots()
     for root in roots:
         if (root / str(name)).is_dir():
             return root / str(name)
     known = sorted({p.name for root in roots if root.is_dir() for p in root.iterdir() if (p / MANIFEST_FILE).is_file()})
-    raise UnknownNameError("reference", str(name), known, field="--reference")
+    raise UnknownNameError("reference", str(name), known, field=field)
 
 
 def load_reference(name: str | os.PathLike[str], *, missing: str = "complete-models") -> ReferenceLeaderboard:

@@ -80,6 +80,17 @@ def _check_score_range(matrices: ScoreMatrices, path: Path | None, metric: str) 
                          field="score")
 
 
+def _check_names(matrices: ScoreMatrices, where: Path | None) -> None:
+    """Refuse an empty model or dataset name, or one with a control character (a newline breaks every listing and
+    record of it), spaces around it, or a character that does not print (a look-alike of another name)."""
+    for field, names in (("model", matrices.model_ids), ("dataset", matrices.dataset_names)):
+        for name in names:
+            if not name.strip() or name != name.strip() or not name.isprintable():
+                raise InputError(f"{field} name {name!r} is empty, has spaces around it or a character that does not "
+                                 "print (a newline, a control or zero-width character); fix the name in the data",
+                                 path=where, field=field)
+
+
 def write_reference(folder: str | os.PathLike[str], frame: pd.DataFrame, *, name: str, source: str, licence: str,
                     metric: str, higher_is_better: bool = True, aggregate: str = "mean",
                     random_baselines: Mapping[str, float] | None = None, built_with: str = "",
@@ -117,6 +128,7 @@ def write_scores(folder: str | os.PathLike[str], matrices: ScoreMatrices, *, nam
     """
     out = Path(folder)
     where = matrices.source
+    _check_names(matrices, where)
     _check_score_range(matrices, where, metric)
     if not matrices.n_rows:
         raise InputError("no rows: a reference needs scores of at least 2 models", path=where)

@@ -31,14 +31,17 @@ from __future__ import annotations
 from dataclasses import replace
 from numbers import Integral
 
+from flasheval.checks import MAX_CHECKPOINTS
 from flasheval.errors import InputError
 from flasheval.placement.tiers import TierPlan
 
 __all__ = ["check_n_checkpoints", "split_level", "simultaneous_level"]
 
 
-def check_n_checkpoints(n_checkpoints: object, *, field: str = "simultaneous") -> int:
-    """``n_checkpoints`` as an ``int`` if it is a whole number >= 1 (not a bool); else one line naming ``field``.
+def check_n_checkpoints(n_checkpoints: object, *, field: str = "simultaneous",
+                        maximum: int | None = MAX_CHECKPOINTS) -> int:
+    """``n_checkpoints`` as an ``int`` if it is a whole number >= 1 (not a bool) and at most ``maximum``
+    (:data:`~flasheval.checks.MAX_CHECKPOINTS`; ``None``: no ceiling); else one line naming ``field``.
 
     Examples
     --------
@@ -52,6 +55,9 @@ def check_n_checkpoints(n_checkpoints: object, *, field: str = "simultaneous") -
     if isinstance(n_checkpoints, bool) or not isinstance(n_checkpoints, Integral) or n_checkpoints < 1:
         raise InputError(f"the planned number of checkpoints must be a whole number >= 1, got {n_checkpoints!r}",
                          field=field)
+    if maximum is not None and n_checkpoints > maximum:
+        raise InputError(f"the planned number of checkpoints must be at most {maximum:,} (each is placed at level "
+                         f"1 - alpha/K: beyond that no bootstrap resolves it), got {n_checkpoints!r}", field=field)
     return int(n_checkpoints)
 
 
@@ -99,5 +105,5 @@ def simultaneous_level(level: float, n_placed: int) -> float:
     >>> simultaneous_level(0.95, 1), simultaneous_level(0.95, 40)
     (0.95, 0.0)
     """
-    n = check_n_checkpoints(n_placed, field="n_placed")
+    n = check_n_checkpoints(n_placed, field="n_placed", maximum=None)
     return max(0.0, 1.0 - n * (1.0 - level))

@@ -18,6 +18,7 @@ computes only what is missing. :func:`read_run` reads the folder back as a :clas
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -28,17 +29,22 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from flasheval.engine.store.shards import FOLDER_LOCK, lock_folder
-from flasheval.checks import check_name
+from flasheval.checks import check_name, is_whole
 from flasheval.errors import InputError
 from flasheval.placement.results import Placed, PlacementResult
 from flasheval.placement.tiers import Tier
 from flasheval.records.run_record import RunRecord, read_record, write_record
+from flasheval.reference import ReferenceLeaderboard
+from flasheval.sweeps.folder import CONFIG_FILE as SWEEP_CONFIG
+from flasheval.sweeps.folder import RECORD_FILE as SWEEP_RECORD
 
 __all__ = ["RUN_FILE", "CHECKPOINTS_DIR", "STORE_DIR", "RUN_KIND", "SETTINGS", "RunCheckpoint", "RunHistory",
            "read_run", "is_run_folder",
            "placed_steps", "record_path", "read_settings", "fix_settings", "check_settings", "hold_run",
-           "record_fingerprint"]
+           "record_fingerprint", "reference_digest", "check_folder_kind", "check_step", "run_folder_path", "MAX_STEP"]
 
 RUN_FILE = "run.json"
 CHECKPOINTS_DIR = "checkpoints"
@@ -47,6 +53,8 @@ RUN_KIND = "run"
 logger = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"step-(\d+)")
+MAX_STEP = 2**63 - 1
+"""The largest training step a run records: what a 64-bit integer holds (numpy, the report's axes, every logger)."""
 SETTINGS = ("reference", "plan", "simultaneous", "confidence_level", "seed", "dtype", "engine", "aggregate", "missing")
 """What every checkpoint of a run shares, in the order a difference is reported (the split level follows K)."""
 
@@ -97,6 +105,47 @@ class RunHistory:
     """The planned number of checkpoints the run's level is split over (``None``: per-checkpoint coverage)."""
     tiers: tuple[Tier, ...] = ()
     """The plan's tiers on the run's pool (their first ranks are the tier boundaries)."""
+
+
+_KIND_FILES = (("run", RUN_FILE, "a training run's folder (place --run, watch)"),
+               ("sweep", SWEEP_CONFIG, "a sweep's folder (flasheval sweep)"),
+               ("sweep", SWEEP_RECORD, "a sweep's folder (flasheval sweep)"),
+               ("place", "place.json", "a placement's output folder (place --output)"))
+
+
+def check_folder_kind(folder: str | os.PathLike[str], *, kind: str, field: str) -> None:
+    """Refuse, in one line naming the file that says so, a ``kind`` folder (``run``, ``place`` or ``sweep``) given
+    where a folder of another kind already is: the two records would share it and ``flasheval report`` would
+    show one of them only. Nothing is read but the names of the files at its top."""
+    for other, name, what in _KIND_FILES:
+        if other != kind and (Path(folder) / name).is_file():
+            raise InputError(f"is {what}: it holds {name}; give a folder of its own", path=folder, field=field)
+
+
+def check_step(step: object) -> int:
+    """``step`` as a training step: an integer (numpy's too) from 0 to :data:`MAX_STEP`; one line naming ``step``."""
+    if not is_whole(step) or step < 0:  # type: ignore[operator]
+        raise InputError(f"must be an integer >= 0, got {step!r}", field="step")
+    if step > MAX_STEP:  # type: ignore[operator]
+        raise InputError(f"must be at most {MAX_STEP} (2^63 - 1, what a 64-bit integer holds), got {step!r}",
+                         field="step")
+    return int(step)  # type: ignore[arg-type]
+
+
+def run_folder_path(run: object) -> Path:
+    """``run`` as a run folder: a non-empty path whose folder name is a name (:func:`~flasheval.checks.check_name`:
+    the run's name, which keys its in-memory checkpoints' stored results)."""
+    if not isinstance(run, (str, Path)) or not str(run).strip():
+        raise InputError(f"expected a run folder (str or Path), got {run!r}", field="run")
+    if str(run) == ".":  # Path("") is Path("."): a run's files would land in the working folder, named after it
+        raise InputError("the working folder ('.', or an empty Path('') which is '.'); name the run's own folder "
+                         "(e.g. Path.cwd() / 'my-run')", field="run")
+    try:
+        name = Path(run).resolve().name
+    except (RuntimeError, OSError) as exc:  # a symlink loop on the way: "Symlink loop from ..."
+        raise InputError(f"cannot be a folder ({exc})", path=run, field="run") from None
+    check_name(name, field="run", what="run name (the run folder's name)")
+    return Path(run)
 
 
 def is_run_folder(path: str | os.PathLike[str]) -> bool:
@@ -160,6 +209,12 @@ def check_settings(run: Path, saved: Mapping[str, Any], payload: Mapping[str, An
             raise InputError(f"this run's checkpoints are placed with {key} {before.get(key)!r}, this one with "
                              f"{now.get(key)!r}; a run keeps the settings of its first placement (give the same, or "
                              "place into a new run folder)", path=run / RUN_FILE, field=key)
+    was, now_digest = saved.get("reference_digest"), payload.get("reference_digest")
+    if was is not None and now_digest is not None and was != now_digest:  # names alone can hide other pools
+        raise InputError(f"this run's checkpoints are placed on reference {before.get('reference')!r} (content digest "
+                         f"{was}), this one on a reference of that name with other models or scores (digest "
+                         f"{now_digest}); give the run's reference ({saved.get('reference_source')}), or place into "
+                         "a new run folder", path=run / RUN_FILE, field="reference")
     if "plan_spec" in saved and "plan_spec" in payload and saved["plan_spec"] != payload["plan_spec"]:
         raise InputError(f"this run's checkpoints are placed with plan {before.get('plan')!r} as its first placement "
                          "gave it, this one with another plan of that name (other stages, tiers or options); leave the "
@@ -180,6 +235,19 @@ def hold_run(run: Path, *, poll_seconds: float = 0.5) -> int:
         time.sleep(poll_seconds)
         fd = lock_folder(run)
     return fd
+
+
+def reference_digest(reference: ReferenceLeaderboard) -> str:
+    """A digest of a reference's content (16 hex digits): its pool's models, datasets and example ids, every
+    score, and the manifest's direction, aggregate and baselines. Two references of one name with other
+    models or scores differ here (``run.json`` compares it, not the name)."""
+    digest = hashlib.sha256()
+    manifest = reference.manifest
+    digest.update(repr((reference.model_ids, reference.dataset_names, reference.example_ids, manifest.higher_is_better,
+                        manifest.aggregate, sorted((manifest.random_baselines or {}).items()))).encode())
+    for scores in reference.scores:
+        digest.update(np.ascontiguousarray(scores, dtype=np.float64).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def record_fingerprint(payload: Mapping[str, Any]) -> str:
@@ -212,8 +280,12 @@ def read_run(run: str | os.PathLike[str]) -> RunHistory:
     Raises
     ------
     InputError
-        Not a run folder, or a malformed ``run.json`` / ``place.json``: one line naming the file and field.
+        Not a run folder (``""``, ``None`` or not a path: one line naming ``run``), or a malformed ``run.json`` /
+        ``place.json``: one line naming the file and field. (``Path("")`` is ``Path(".")``, the working folder:
+        read as that folder, which is refused unless it is a run folder.)
     """
+    if not isinstance(run, (str, os.PathLike)) or not os.fspath(run).strip():
+        raise InputError(f"expected a run folder (a str or Path), got {run!r}", field="run")
     folder = Path(run)
     if not folder.is_dir():
         raise InputError("no such run folder", path=folder)
@@ -225,6 +297,9 @@ def read_run(run: str | os.PathLike[str]) -> RunHistory:
     for entry in sorted(root.iterdir()) if root.is_dir() else ():
         match = _STEP_DIR.fullmatch(entry.name)
         if match and (entry / "place.json").is_file():
+            if int(match.group(1)) > MAX_STEP:
+                raise InputError(f"step {match.group(1)} is past the largest a run records ({MAX_STEP}, 2^63 - 1)",
+                                 path=entry, field="step")
             checkpoints.append(_checkpoint(int(match.group(1)), entry / "place.json"))
     settings = saved["settings"]
     return RunHistory(path=folder, name=saved["name"], reference=settings["reference"], plan=settings["plan"],

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from flasheval.atomic import with_path
+
 __all__ = ["JournalContents", "read_journal", "append_lines", "write_lines", "fsync_file", "truncate_journal"]
 
 
@@ -92,10 +94,16 @@ def _append(target: str | os.PathLike[str] | BinaryIO, lines: Sequence[str], *, 
 
 
 def _write(fh: BinaryIO, payload: bytes, *, sync: bool) -> None:
-    fh.write(payload)
-    fh.flush()
-    if sync:
-        os.fsync(fh.fileno())
+    try:
+        fh.write(payload)
+        fh.flush()
+        if sync:
+            os.fsync(fh.fileno())
+    except OSError as exc:  # a full disk names the file it was appending to
+        named = with_path(exc, fh.name if isinstance(fh.name, str) else None)
+        if named is exc:
+            raise
+        raise named from exc
 
 
 def fsync_file(path: str | os.PathLike[str]) -> None:

@@ -81,6 +81,20 @@ _KINDS: dict[str, type] = {
 }
 _KIND_OF = {cls: kind for kind, cls in _KINDS.items()}
 _SCALARS = (str, int, float, bool)
+_FIELD_TYPES = {"str": {str}, "int": {int}, "float": {int, float}, "bool": {bool}, "int | None": {int, type(None)},
+                "float | None": {int, float, type(None)}}  # exact types: a bool is no int here
+_FIELDS_OF = {kind: ({f.name: _FIELD_TYPES.get(str(f.type)) for f in dataclasses.fields(cls)},
+                     {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING})
+              for kind, cls in _KINDS.items()}
+"""Per kind, each result field's types (``None``: any) and the required fields: a record whose checksum matches
+but whose result is not one of its kind (a score of ``null`` or ``"x"``) is a corrupt line, not a result."""
+
+
+def _result_fits(kind: str, result: object) -> bool:
+    types, required = _FIELDS_OF[kind]
+    if not isinstance(result, dict) or not required <= result.keys() <= types.keys():
+        return False
+    return all(types[name] is None or type(value) in types[name] for name, value in result.items())
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,6 +160,8 @@ def decode_record(line: bytes) -> dict[str, Any] | None:
         if not isinstance(record, dict) or record.get("crc") != _checksum(record) or record["kind"] not in _KINDS:
             return None
         if not isinstance(record["fp"], str) or not isinstance(record["key"], str):
+            return None
+        if not _result_fits(record["kind"], record.get("result")):
             return None
         return record
     except (ValueError, KeyError, TypeError):
