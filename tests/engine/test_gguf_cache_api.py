@@ -102,3 +102,28 @@ def test_evaluate_of_a_gguf_file_keeps_it_converted_and_a_second_process_reads_t
     assert second["fingerprint"] == first["fingerprint"]  # stored results keep their keys
     assert second["validation"] == first["validation"]  # the same model: the same losses, to the last bit
     assert second["seconds"] <= first["seconds"] / 3, f"second {second['seconds']:.2f} s, first {first['seconds']:.2f} s"
+
+
+def test_a_plan_made_before_the_file_was_converted_reads_the_converted_folder(tmp_path, monkeypatch):
+    """A deferred backend's plan outlives its first load (a release, then a reload) and another process may convert
+    the file after this one planned: the load reads the converted folder whenever it exists, not the file."""
+    import torch
+
+    from flasheval.engine.hf import gguf_cache, loading
+
+    monkeypatch.setenv(gguf_cache.GGUF_CACHE_ENV, str(tmp_path / "cache"))
+    write_tiny_gguf(tmp_path / "m.gguf")
+    plan = loading.plan_hf_load(str(tmp_path), gguf_file="m.gguf", dtype="float32", device="cpu")
+    assert plan.converted is None
+    reads: list[tuple[str, str | None]] = []
+    real = loading._from_pretrained
+    monkeypatch.setattr(loading, "_from_pretrained",
+                        lambda auto, source, gguf, *a, **k: reads.append((auto, gguf)) or real(auto, source, gguf, *a, **k))
+    first = loading.load_planned(plan)
+    assert reads == [("AutoTokenizer", "m.gguf"), ("AutoModelForCausalLM", "m.gguf")]
+    reads.clear()
+    second = loading.load_planned(plan)  # the same plan, made before the folder existed
+    assert reads == [("AutoTokenizer", None), ("AutoModelForCausalLM", None)]
+    a, b = first.model.state_dict(), second.model.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert second.fingerprint == first.fingerprint

@@ -252,6 +252,13 @@ def load_planned(plan: HFLoadPlan, *, tokenizer: Any = None, batch_size: int | N
     ``tokenizer`` must be the plan's own (:func:`load_tokenizer` of ``plan``, as the deferred backend loads it for
     planning): the first load of a GGUF file keeps it in the converted folder with the weights, whoever loaded it.
     """
+    if plan.gguf_key is not None and plan.converted is None:  # converted since the plan was made (an earlier load
+        from dataclasses import replace  # of this process, e.g. before a release, or another process): read that
+
+        from flasheval.engine.hf.gguf_cache import converted_folder
+
+        folder = converted_folder(plan.gguf_key, plan.dtype_name)
+        plan = plan if folder is None else replace(plan, converted=str(folder))
     if tokenizer is None:
         tokenizer = load_tokenizer(plan)
     placed: dict[str, Any] = {}
