@@ -99,6 +99,7 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to
     from flasheval.stats.dior_pool import LeaderChange
     from flasheval.engine.base import Backend, BackendInfo
     from flasheval.sweeps.executor import Executor, InProcessExecutor
+    from flasheval.cluster.executor import RayExecutor
     from flasheval.sweeps.rounds import Round, RoundRequest
 
 _LAZY: dict[str, tuple[str, str]] = {
@@ -175,6 +176,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "BackendInfo": ("flasheval.engine.base", "BackendInfo"),
     "Executor": ("flasheval.sweeps.executor", "Executor"),
     "InProcessExecutor": ("flasheval.sweeps.executor", "InProcessExecutor"),
+    "RayExecutor": ("flasheval.cluster.executor", "RayExecutor"),
     "Round": ("flasheval.sweeps.rounds", "Round"),
     "RoundRequest": ("flasheval.sweeps.rounds", "RoundRequest"),
 }

@@ -19,6 +19,7 @@ from typing import Any
 
 from flasheval.api.options import EngineOptions, engine_options
 from flasheval.api.progress import ProgressCallback, Reporter, check_progress
+from flasheval.cluster.executor import RayExecutor, resolve_executor
 from flasheval.checks import check_dtype, check_flag, check_n_examples, check_name, check_output, check_seed
 from flasheval.engine.coordination.distributed import check_distributed, is_main, processes
 from flasheval.engine.base import Backend
@@ -118,6 +119,7 @@ def build_reference(
     argv: Sequence[str] | None = None,
     progress: ProgressCallback | None = None,
     distributed: str = "main",
+    executor: RayExecutor | str | None = None,
 ) -> BuiltReference:
     """Score every model on the same examples and write the reference ``name``.
 
@@ -154,6 +156,10 @@ def build_reference(
         the store is never loaded).
     distributed
         ``"main"`` (default) or ``"all"``: who scores (section "Distributed" below; docs/engine.md, "Several processes").
+    executor
+        ``None`` / ``"in-process"`` (default): the models in turn in this process. ``"ray"`` or a
+        :class:`~flasheval.cluster.executor.RayExecutor`: every model at once on a Ray cluster, one actor per model
+        (specs only), the files written here equal to a build in this process, seconds aside (docs/cluster.md).
 
     Distributed
     -----------
@@ -177,7 +183,11 @@ def build_reference(
     check_flag(force, field="--force")
     check_flag(prefix_space, field="--no-prefix-space")
     check_progress(progress)
+    remote = resolve_executor(executor)
     named = _models(models)
+    if remote is not None and (distributed != "main" or not all(isinstance(m, NamedModel) for m in named)):
+        raise InputError("the Ray executor opens every model from its spec, from one process (distributed='main'); "
+                         "an opened backend is scored in this process", field="executor")
     out = references_root(None if output is None else str(output)) / name
     if (out / MANIFEST_FILE).exists() and not force:
         raise InputError("reference already exists (use --force to overwrite)", path=out)
@@ -196,9 +206,11 @@ def build_reference(
     _check_writable(out, work)
     state = processes(distributed)
     report.is_main = is_main(state)
-    report("start", f"building {name}: {len(named)} models x {setup.describe_tasks()}")
+    report("start", f"building {name}: {len(named)} models x {setup.describe_tasks()}"
+                    + ("" if remote is None else " " + remote.describe()))
     result = build_models(setup, named, store_dir=work / "store", state=state, on_model=_model_reporter(report),
-                          options=LiveOptions(device=device, batch_size=batch_size, device_map=placement))
+                          options=LiveOptions(device=device, batch_size=batch_size, device_map=placement),
+                          executor=remote)
     log = None
     if report.is_main:
         log = write_build(out, result, setup, name=name, work_dir=work, built_with=recorded)

@@ -13,7 +13,8 @@ from flasheval.reference import MISSING_POLICIES
 from flasheval.stats.ranking import AGGREGATES
 
 __all__ = ["add_live_options", "add_lmeval_live_options", "budget_from", "add_progress_options", "step_printer",
-           "progress_bar_from", "add_device_map_options", "engine_from", "remember_defaults", "changed_settings"]
+           "progress_bar_from", "add_device_map_options", "engine_from", "remember_defaults", "changed_settings",
+           "add_executor_options", "executor_from", "without_executor_options"]
 
 
 def remember_defaults(parser: argparse.ArgumentParser, *names: str) -> None:
@@ -71,6 +72,59 @@ def _timing(p: Progress) -> str:
     if p.step in ("model", "seed") and p.done and p.total and p.done < p.total:
         left = f", about {p.elapsed / p.done * (p.total - p.done):.0f} s left"
     return f" (elapsed {p.elapsed:.1f} s{left})"
+
+
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """``--executor ray`` and the Ray cluster's options (docs/cluster.md)."""
+    parser.add_argument("--executor", choices=("in-process", "ray"), default="in-process",
+                        help="where models are scored: this process (default) or Ray actors, one model each "
+                             "(pip install 'flasheval[ray]')")
+    parser.add_argument("--ray-address", metavar="ADDR",
+                        help="the Ray cluster's head (HOST:PORT, ray://HOST:10001, auto; default: RAY_ADDRESS, "
+                             "else a Ray started here)")
+    parser.add_argument("--cpus-per-model", type=float, default=1.0, metavar="N", help="Ray: CPUs per actor (1)")
+    parser.add_argument("--gpus-per-model", type=float, default=0.0, metavar="N", help="Ray: GPUs per actor (0)")
+    parser.add_argument("--max-models", type=int, metavar="N",
+                        help="Ray: most models loaded at once (default: as many as the cluster fits)")
+
+
+def executor_from(args: argparse.Namespace) -> object:
+    """``executor=`` of an API call: ``None`` in this process, else a :class:`~flasheval.cluster.executor.RayExecutor`
+    (the Ray options are refused without ``--executor ray``)."""
+    from flasheval.cluster.executor import RayExecutor
+
+    if args.executor != "ray":
+        given = [o for o, v, d in (("--ray-address", args.ray_address, None), ("--cpus-per-model", args.cpus_per_model,
+                 1.0), ("--gpus-per-model", args.gpus_per_model, 0.0), ("--max-models", args.max_models, None))
+                 if v != d]
+        if given:
+            raise InputError("applies to --executor ray only", field=given[0])
+        return None
+    return RayExecutor(address=args.ray_address, num_cpus=args.cpus_per_model, num_gpus=args.gpus_per_model,
+                       max_models=args.max_models, progress=progress_bar_from(args))
+
+
+EXECUTOR_OPTIONS = ("--executor", "--ray-address", "--cpus-per-model", "--gpus-per-model", "--max-models")
+
+
+def without_executor_options(argv: list[str]) -> list[str]:
+    """``argv`` less the executor's options (where a command ran does not change what it wrote): what a manifest
+    records of how a reference was built, the same on Ray as in this process.
+
+    Examples
+    --------
+    >>> without_executor_options(["build", "--executor", "ray", "--ray-address=h:6379", "--name", "x"])
+    ['build', '--name', 'x']
+    """
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in EXECUTOR_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(o + "=" for o in EXECUTOR_OPTIONS)):
+            out.append(arg)
+    return out
 
 
 def progress_bar_from(args: argparse.Namespace) -> bool | None:

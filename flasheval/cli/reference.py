@@ -10,7 +10,8 @@ import sys
 import time
 
 from flasheval.cli._built import print_built
-from flasheval.cli._options import add_device_map_options, add_progress_options, engine_from, step_printer
+from flasheval.cli._options import (add_device_map_options, add_executor_options, add_progress_options, engine_from,
+                                   executor_from, step_printer, without_executor_options)
 from flasheval.cli.lm_eval import add_lm_eval_task_options
 from flasheval.api.build import build_reference
 from flasheval.checks import DTYPES
@@ -104,6 +105,7 @@ def _add_build_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--output", "--output-root", dest="output", help="where NAME/ is written (default: $FLASHEVAL_REFERENCES, else reference_rankings/ of the checkout, or of the working folder for an installed package)")
     p.add_argument("--work-dir", help="results store and build log (default: runs/reference-build-NAME)")
     p.add_argument("--force", action="store_true", help="overwrite an existing reference folder")
+    add_executor_options(p)
     add_progress_options(p)
     return p
 
@@ -116,8 +118,8 @@ def _build(args: argparse.Namespace) -> int:
         metric=args.metric, n_examples=args.n_examples, seed=args.seed, engine=engine_from(args),
         prefix_space=not args.no_prefix_space,
         output=args.output,
-        work_dir=args.work_dir, force=args.force, argv=sys.argv[1:], progress=step_printer(args),
-        distributed=args.distributed)
+        work_dir=args.work_dir, force=args.force, argv=without_executor_options(sys.argv[1:]),
+        progress=step_printer(args), distributed=args.distributed, executor=executor_from(args))
     if built.reference is None:  # the other processes of a launch: the main process wrote and prints
         return 0
     lm_eval = args.harness == "lm-eval"

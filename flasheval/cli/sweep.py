@@ -21,12 +21,14 @@ from pathlib import Path
 
 from flasheval.api.sweep import SweepRun, spread_checkpoints, sweep
 from flasheval.cli._options import (
+    add_executor_options,
     add_live_options,
     add_lmeval_live_options,
     add_progress_options,
     budget_from,
     changed_settings,
     engine_from,
+    executor_from,
     remember_defaults,
     step_printer,
 )
@@ -67,6 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="live: most checkpoints held in memory at once; the least recently used is unloaded "
                              "(finished examples are never recomputed) (default: 1)")
     add_lmeval_live_options(parser)
+    add_executor_options(parser)
     add_progress_options(parser)
     remember_defaults(parser, "budget_examples", "budget_tokens", "budget_flops", "n_parameters", "tiers", "datasets",
                       "low_rank", "seed", "aggregate", "missing", "task_dir", "dtype", "include_path", "num_fewshot")
@@ -125,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
                     n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
                     num_fewshot=args.num_fewshot, engine=engine_from(args), max_loaded=args.max_loaded,
                     output=run_folder(args.output, reference, changed_settings(args)),
-                    progress=step_printer(args), force=args.force, distributed=args.distributed)
+                    progress=step_printer(args), force=args.force, distributed=args.distributed,
+                    executor=executor_from(args))
     if outcome.record_path is not None:  # not on the other processes of a launch
         print_swept(outcome, start)
     return 0

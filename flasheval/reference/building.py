@@ -25,18 +25,21 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
 
+from flasheval.cluster.executor import RayExecutor, weights_bytes
+from flasheval.cluster.pool import Held, InTempStore, Job, ModelPool
 from flasheval.engine.specs import NamedModel
 from flasheval.reference.scoring.live import LiveOptions, ModelOpener, OpenedScorer
 from flasheval.records.run_record import write_record
 from flasheval.reference.writing import write_reference
 
 __all__ = ["BUILD_LOG_FILE", "OnModel", "ScoredModel", "ReferenceText", "BuildSetup", "BuildResult", "build_models",
-           "write_build", "EXAMPLE_FIELDS"]
+           "build_on_ray", "write_build", "EXAMPLE_FIELDS"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,15 +125,18 @@ class BuildResult:
 
 
 def build_models(setup: BuildSetup, models: Sequence[NamedModel], *, store_dir: Path, options: LiveOptions,
-                 state: Any = None, on_model: OnModel | None = None) -> BuildResult:
+                 state: Any = None, on_model: OnModel | None = None, executor: RayExecutor | None = None) -> BuildResult:
     """Score every model in turn through the results store in ``store_dir``; free each before the next.
 
     ``state``: the :class:`~flasheval.engine.coordination.distributed.Processes` scoring together, ``None``
     for one process: every process runs this loop and returns the same result. ``on_model`` is called as
-    each model is scored (progress).
+    each model is scored (progress). ``executor``: every model scored at once on Ray actors, one model each,
+    each behind a store of its actor's machine (:func:`build_on_ray`).
     """
     if not models:
         raise ValueError("no model to score")
+    if executor is not None:
+        return build_on_ray(setup, models, options=options, executor=executor, on_model=on_model)
     rows: list[dict[str, Any]] = []
     examples, seconds, computed, fingerprints = {}, {}, {}, {}
     scored: ScoredModel | None = None
@@ -157,6 +163,39 @@ def build_models(setup: BuildSetup, models: Sequence[NamedModel], *, store_dir: 
     assert scored is not None  # models is not empty
     return BuildResult(settings=setup.settings(scored, fingerprints), frame=pd.DataFrame(rows), examples=examples,
                        seconds=seconds, computed=computed)
+
+
+def _score_in_actor(held: Held, setup: BuildSetup, where: str) -> tuple[ScoredModel, dict[str, Any], int, float]:
+    """In the actor: the opened model scored (:meth:`BuildSetup.score_model`); its fingerprint and size, the
+    requests it computed, the seconds it took."""
+    start = time.perf_counter()
+    opened = held.opened
+    scored = setup.score_model(opened, where=where)
+    return (scored, {"fingerprint": opened.fingerprint, "n_parameters": opened.n_parameters},
+            opened.requests_computed, time.perf_counter() - start)
+
+
+def build_on_ray(setup: BuildSetup, models: Sequence[NamedModel], *, options: LiveOptions, executor: RayExecutor,
+                 on_model: OnModel | None = None) -> BuildResult:
+    """:func:`build_models` on Ray: every model scored at once, one per actor (as many as ``executor`` allows),
+    the results gathered here in the models' order: the same result as a build in this process (its seconds
+    aside). Each actor's results store is a temporary folder of its machine: a killed build scores again."""
+    jobs = [Job(key=m.model_id, opener=InTempStore(partial(setup.open, m, options=options)), fn=_score_in_actor,
+                args=(setup, m.model_id)) for m in models]
+    with ModelPool(executor, n_models=len(models), what="build on Ray",
+                   memory_bytes=max(weights_bytes(m.spec.target) for m in models)) as pool:
+        values = pool.run(jobs)
+    rows: list[dict[str, Any]] = []
+    examples, seconds, computed, fingerprints = {}, {}, {}, {}
+    for done, (model, (scored, seen, computed_now, took)) in enumerate(zip(models, values), start=1):
+        fingerprints[model.model_id] = {"spec": model.text, **seen}
+        examples[model.model_id], seconds[model.model_id], computed[model.model_id] = scored.examples, took, computed_now
+        rows += [{"model": model.model_id, "dataset": e["task_name"], "example_id": e["example_id"],
+                  "score": e["score"], "n_tokens": e["n_tokens"]} for e in scored.examples]
+        if on_model is not None:
+            on_model(model.model_id, done, len(models), took, computed_now)
+    return BuildResult(settings=setup.settings(values[-1][0], fingerprints), frame=pd.DataFrame(rows),
+                       examples=examples, seconds=seconds, computed=computed)
 
 
 def write_build(out: Path, result: BuildResult, setup: BuildSetup, *, name: str, work_dir: Path,

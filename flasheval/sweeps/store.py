@@ -55,17 +55,26 @@ class StoredScorer(OneTask):
         self.n_computed = 0
 
     def score_many(self, asks: Sequence[tuple[str, Sequence[str]]]) -> list[ScoredExamples]:
-        keys = [[score_key(task_name, e) for e in ids] for task_name, ids in asks]
-        missing = [(task_name, [e for e, key in zip(ids, ask_keys) if self.store.get(key) is None])
-                   for (task_name, ids), ask_keys in zip(asks, keys)]
-        missing = [(task_name, ids) for task_name, ids in missing if ids]
-        if missing:
-            answers = self.inner.score_many(missing)
-            if len(answers) != len(missing):
-                raise ValueError(f"scorer returned {len(answers)} answers for {len(missing)} tasks asked")
-            for (task_name, ids), got in zip(missing, answers):
-                self._put(task_name, ids, got)
-        return [self._stored(ask_keys) for ask_keys in keys]
+        missing = self.missing(asks)
+        return self.settle(asks, missing, self.inner.score_many(missing) if missing else [])
+
+    def missing(self, asks: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[str, list[str]]]:
+        """What of ``asks`` the store lacks, per task (tasks with nothing missing left out): what ``inner`` computes.
+
+        With :meth:`settle` it splits :meth:`score_many` in two, so that an executor can have the missing examples
+        computed elsewhere (a Ray actor) and the store written here, by the one process that writes it."""
+        missing = [(task_name, [e for e in ids if self.store.get(score_key(task_name, e)) is None])
+                   for task_name, ids in asks]
+        return [(task_name, ids) for task_name, ids in missing if ids]
+
+    def settle(self, asks: Sequence[tuple[str, Sequence[str]]], missing: Sequence[tuple[str, Sequence[str]]],
+               answers: Sequence[ScoredExamples]) -> list[ScoredExamples]:
+        """Put ``answers`` (to ``missing``, from :meth:`missing`) in the store and answer ``asks`` from it."""
+        if len(answers) != len(missing):
+            raise ValueError(f"scorer returned {len(answers)} answers for {len(missing)} tasks asked")
+        for (task_name, ids), got in zip(missing, answers):
+            self._put(task_name, ids, got)
+        return [self._stored([score_key(task_name, e) for e in ids]) for task_name, ids in asks]
 
     def _put(self, task_name: str, example_ids: Sequence[str], got: ScoredExamples) -> None:
         if got.scores.shape != (len(example_ids),):
