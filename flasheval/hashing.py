@@ -13,6 +13,8 @@ import json
 import os
 from typing import Any
 
+import numpy as np
+
 __all__ = ["stable_hash", "derive_seed", "file_sha256"]
 
 
@@ -23,6 +25,8 @@ def _canonical(obj: Any) -> Any:
         return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
     if isinstance(obj, (list, tuple)):
         return [_canonical(v) for v in obj]
+    if isinstance(obj, np.generic):  # a numpy scalar (a seed of np.int64(3)) is its Python value, digest and all
+        return _canonical(obj.item())
     if isinstance(obj, float) and obj != obj:  # NaN has no canonical JSON form
         return "NaN"
     return obj
@@ -31,8 +35,8 @@ def _canonical(obj: Any) -> Any:
 def stable_hash(obj: Any, *, n_chars: int = 32) -> str:
     """Hex SHA-256 of a canonical JSON encoding of ``obj``.
 
-    Dataclasses, dicts (keys sorted), lists and tuples (same encoding), strings, numbers,
-    booleans and ``None`` are supported.
+    Dataclasses, dicts (keys sorted), lists and tuples (same encoding), strings, numbers (numpy scalars as their
+    Python values), booleans and ``None`` are supported.
 
     Examples
     --------

@@ -266,7 +266,10 @@ GOOD_SCORE = {"task_name": "t", "example_id": "1", "score": 1.0, "n_tokens": Non
     ({**GOOD_SCORE, "score": None}, False), ({**GOOD_SCORE, "score": "x"}, False), ({**GOOD_SCORE, "score": True}, False),
     ({**GOOD_SCORE, "n_tokens": 2.5}, False), ({k: v for k, v in GOOD_SCORE.items() if k != "score"}, False),
     ({**GOOD_SCORE, "extra": 1}, False), ([1, 2], False), ({**GOOD_SCORE, "task_name": 3}, False),
-], ids=["good", "half", "int", "null", "x", "bool", "float-tokens", "missing", "extra", "list", "int-name"])
+    ({**GOOD_SCORE, "score": float("nan")}, False), ({**GOOD_SCORE, "score": float("inf")}, False),
+    ({**GOOD_SCORE, "n_tokens": -5}, False), ({**GOOD_SCORE, "n_tokens": 7}, True),
+], ids=["good", "half", "int", "null", "x", "bool", "float-tokens", "missing", "extra", "list", "int-name", "nan", "inf",
+        "negative-tokens", "tokens"])
 def test_a_shard_record_with_a_valid_checksum_must_hold_a_result_of_its_kind(result, valid):
     assert (decode_record(_line(result)) is not None) == valid
 
@@ -297,7 +300,11 @@ def test_a_run_a_sweep_and_a_placement_output_never_share_a_folder(run_dir, smal
             (["place", "--run", tmp_path / "placed", "--step", "1", "--reference", "helm_lite"], "placed",
              "field 'run': is a placement's output folder (place --output): it holds place.json"),
             (["place", "--output", run_dir], None, "field '--output': is a training run's folder"),
-            (["place", "--output", tmp_path / "sweep"], "sweep", "field '--output': is a sweep's folder")]
+            (["place", "--output", tmp_path / "sweep"], "sweep", "field '--output': is a sweep's folder"),
+            (["sweep", "--models", "replay:m2", "replay:m3", "--reference", small_ref, "--tiers", "flash_helm",
+              "--budget-examples", "100", "--output", run_dir], None, "field '--output': is a training run's folder"),
+            (["watch", tmp_path, "--run", tmp_path / "sweep", "--once", "--reference", "helm_lite"], "sweep",
+             "field 'run': is a sweep's folder")]
     for argv, folder, expected in rows:
         before = sorted(p.name for p in (tmp_path / folder if folder else run_dir).iterdir())
         assert expected in _cli(argv, capsys)
@@ -316,8 +323,9 @@ def test_read_run_and_place_checkpoint_refuse_a_run_that_is_no_folder_name(value
 
 def test_an_empty_path_is_the_working_folder_refused_as_a_run_to_write(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(InputError, match=r"field 'run': the working folder \('\.', or an empty Path\(''\)"):
-        flasheval.place_checkpoint(A, run=Path(""), step=1, reference="helm_lite")
+    for run in (Path(""), ".", "./", tmp_path, f"{tmp_path}/sub/.."):
+        with pytest.raises(InputError, match=r"field 'run': .* is the working folder itself \(an empty Path\(''\)"):
+            flasheval.place_checkpoint(A, run=run, step=1, reference="helm_lite")
     with pytest.raises(InputError, match=r"^\.: not a run folder"):
         flasheval.read_run(Path(""))
     assert list(tmp_path.iterdir()) == []
@@ -366,6 +374,20 @@ def test_numpy_scalars_of_the_right_kind_are_accepted_as_their_python_values():
     assert type(numpy.n_resamples) is int and numpy.seed == 3
     level = flasheval.rank_intervals("helm_lite", n_resamples=200, confidence_level=np.float32(0.9))
     assert level.confidence_level == float(np.float32(0.9)) and type(level.confidence_level) is float
+
+
+def test_numpy_integers_reach_records_and_hashes_as_python_values(small_ref, tmp_path):
+    """A check that accepts np.int64 must not let it reach a JSON record or a stable hash raw (it crashed both)."""
+    budget = flasheval.Budget(max_examples=np.int64(10**6))
+    assert type(budget.max_examples) is int and budget == flasheval.Budget(max_examples=10**6)
+    plain = flasheval.place("replay:m2", small_ref, plan="flash_helm", seed=3, output=tmp_path / "a")
+    numpy = flasheval.place("replay:m2", small_ref, plan="flash_helm", seed=np.int64(3), budget=budget,
+                            output=tmp_path / "b")
+    assert (numpy.rank, numpy.interval) == (plain.rank, plain.interval)
+    assert json.loads(numpy.record_path.read_text())["payload"]["seed"] == 3
+    flasheval.sweep(["replay:m2", "replay:m3"], small_ref, output=tmp_path / "s", plan="flash_helm", seed=np.int64(2),
+                    budget=flasheval.Budget(max_examples=np.int64(100)))
+    assert json.loads((tmp_path / "s" / "sweep-config.json").read_text())["seed"] == 2
 
 
 @pytest.mark.parametrize(("options", "expected"), [

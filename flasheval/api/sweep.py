@@ -38,6 +38,7 @@ from flasheval.sweeps.folder import RECORD_FILE, STORE_FORMAT, RunFolder, open_r
 from flasheval.sweeps.pool import check_token_budget, hold_out, restrict, spread_models
 from flasheval.sweeps.record import build_payload, separate_placements, truth_ranks
 from flasheval.records.run_record import check_replace, prepare_output, write_record
+from flasheval.runs.folder import check_folder_kind
 
 __all__ = ["SweepRun", "sweep", "spread_checkpoints"]
 
@@ -95,6 +96,8 @@ def _check_sweep(models: Any, reference: Any, *, budget: Any, plan: Any, seed: A
     check_n_parameters(n_parameters)
     check_seed(seed)
     check_output(output)
+    if output is not None:  # a sweep's folder is no run's or placement's (report would show one record of two)
+        check_folder_kind(output, kind="sweep", field="--output")
     if max_loaded is not None:
         check_count(max_loaded, field="--max-loaded")
     budget_ = _budget(budget, n_parameters)
@@ -189,6 +192,7 @@ def sweep(
         output=output, progress=progress, force=force, distributed=distributed, executor=executor)  # before any I/O
     plan_ = resolve_plan(plan)
     n_params = None if n_parameters is None else int(n_parameters)
+    seed = check_seed(seed)  # its Python value (a numpy integer passes the check): the run folder's config is JSON
     report = Reporter(progress)
     if output is not None:
         check_replace(Path(output) / RECORD_FILE, kind="sweep", force=force)

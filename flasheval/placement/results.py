@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flasheval.errors import InputError
+import numpy as np
+
+from flasheval.checks import check_positive
 from flasheval.records.schemas import check_payload
 
 __all__ = ["Budget", "Decision", "StageRecord", "Compute", "Timing", "PlacementResult", "Placed", "STATUSES"]
@@ -44,10 +46,9 @@ class Budget:
     def __post_init__(self) -> None:
         for name in ("max_examples", "max_tokens", "max_flops", "max_seconds"):
             value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-                raise InputError(f"must be a positive number, got {value!r}", field="--" + name.replace("_", "-"))
+            check_positive(value, field="--" + name.replace("_", "-"))  # the one rule for a budget's caps
+            if isinstance(value, np.generic):  # a numpy scalar kept as its Python value (records, hashes, JSON)
+                object.__setattr__(self, name, value.item())
 
     @property
     def capped(self) -> bool:

@@ -137,14 +137,15 @@ def run_folder_path(run: object) -> Path:
     the run's name, which keys its in-memory checkpoints' stored results)."""
     if not isinstance(run, (str, Path)) or not str(run).strip():
         raise InputError(f"expected a run folder (str or Path), got {run!r}", field="run")
-    if str(run) == ".":  # Path("") is Path("."): a run's files would land in the working folder, named after it
-        raise InputError("the working folder ('.', or an empty Path('') which is '.'); name the run's own folder "
-                         "(e.g. Path.cwd() / 'my-run')", field="run")
     try:
         name = Path(run).resolve().name
     except (RuntimeError, OSError) as exc:  # a symlink loop on the way: "Symlink loop from ..."
         raise InputError(f"cannot be a folder ({exc})", path=run, field="run") from None
     check_name(name, field="run", what="run name (the run folder's name)")
+    if Path(run).resolve() == Path.cwd().resolve():  # Path("") is Path("."): files would land in the working folder
+        raise InputError(f"{str(run)!r} is the working folder itself (an empty Path('') is '.'); name the run's own "
+                         "folder (e.g. Path.cwd() / 'my-run')", field="run")
+    check_folder_kind(run, kind="run", field="run")
     return Path(run)
 
 

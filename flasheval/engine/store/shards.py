@@ -29,6 +29,7 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -87,14 +88,15 @@ _FIELDS_OF = {kind: ({f.name: _FIELD_TYPES.get(str(f.type)) for f in dataclasses
                      {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING})
               for kind, cls in _KINDS.items()}
 """Per kind, each result field's types (``None``: any) and the required fields: a record whose checksum matches
-but whose result is not one of its kind (a score of ``null`` or ``"x"``) is a corrupt line, not a result."""
+but whose result is not one of its kind (a score of ``null``, ``"x"`` or NaN, a negative count) is a corrupt line."""
 
 
 def _result_fits(kind: str, result: object) -> bool:
     types, required = _FIELDS_OF[kind]
     if not isinstance(result, dict) or not required <= result.keys() <= types.keys():
         return False
-    return all(types[name] is None or type(value) in types[name] for name, value in result.items())
+    return all(types[name] is None or (type(value) in types[name] and not (type(value) is int and value < 0))
+               for name, value in result.items()) and (kind != "score" or math.isfinite(result["score"]))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
