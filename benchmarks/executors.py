@@ -16,7 +16,8 @@ one actor against in-process (the goal: at most 15%) and the 2-actor speed-up ov
 
 Usage::
 
-    .venv/bin/python benchmarks/executors.py                     # 4 checkpoints, medians of 3 (about 6 min on 2 cores)
+    .venv/bin/python benchmarks/executors.py     # 4 checkpoints x 2 tasks x 100 examples, medians of 3: about 18 min
+                                                 # on 2 busy cores (one run of each mode: 113 s, 130 s, 107 s)
     .venv/bin/python benchmarks/executors.py --repeats 1 --checkpoints 2 --n-examples 12   # a quick check
 """
 
@@ -103,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoints", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tasks", default="copa,winograd")
-    parser.add_argument("--n-examples", type=int, default=40)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--n-examples", type=int, default=100)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--task-dir", default=str(REPO.parent / "shared" / "data" / "tasks"))
     parser.add_argument("--work-dir", default="runs/bench-executors")
     args = parser.parse_args(argv)

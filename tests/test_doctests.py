@@ -22,6 +22,8 @@ import flasheval
 EXAMPLES: dict[str, int] = {
     "flasheval.api.options": 2,
     "flasheval.atomic": 4,
+    "flasheval.cli._options": 1,
+    "flasheval.cluster.executor": 2,
     "flasheval.api.rank_intervals": 3,
     "flasheval.checks": 15,
     "flasheval.data_paths": 1,
@@ -67,7 +69,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.sweeps.store": 1,
     "flasheval.placement.tiers": 8,
     "flasheval.runs.coverage": 7,
-    "flasheval.records.run_record": 5,
+    "flasheval.records.run_record": 6,
     "flasheval.records.schemas": 2,
     "flasheval.reference.intervals": 8,
     "flasheval.report.figures": 1,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from functools import partial
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -20,11 +21,13 @@ from typing import Any
 from flasheval.api.models import ReplayModel, resolve_models
 from flasheval.api.progress import ProgressCallback, Reporter, check_progress
 from flasheval.api.options import EngineOptions, engine_options
+from flasheval.cluster.executor import RayExecutor, resolve_executor
 from flasheval.api.resolve import (check_n_parameters, check_plan_arg, check_pool_options, check_reference_arg,
                                    live_options, refuse_live_options, resolve_plan, resolve_reference)
 from flasheval.engine.coordination.distributed import check_distributed, is_main, processes
 from flasheval.engine.hf.in_memory import LoadedModel, check_sharded_placement, scoring_mode
 from flasheval.engine.store.shards import SHARDS_DIR
+from flasheval.engine.specs import NamedModel
 from flasheval.errors import InputError
 from flasheval.checks import check_count, check_flag, check_output, check_seed, name_list
 from flasheval.reference.scoring.live import LiveOptions, prepare_scoring
@@ -34,10 +37,11 @@ from flasheval.sweeps.executor import Executor
 from flasheval.sweeps.schedule import SweepResult, check_sweep_budget
 from flasheval.sweeps.schedule import sweep as run_sweep
 from flasheval.sweeps.models import CheckpointPool
+from flasheval.sweeps.ray_executor import RemoteCheckpoints
 from flasheval.sweeps.folder import RECORD_FILE, STORE_FORMAT, RunFolder, open_run_folder
 from flasheval.sweeps.pool import check_token_budget, hold_out, restrict, spread_models
 from flasheval.sweeps.record import build_payload, separate_placements, truth_ranks
-from flasheval.records.run_record import check_replace, prepare_output, write_record
+from flasheval.records.run_record import check_replace, note_replacing, prepare_output, write_record
 from flasheval.runs.folder import check_folder_kind
 
 __all__ = ["SweepRun", "sweep", "spread_checkpoints"]
@@ -90,8 +94,14 @@ def _check_sweep(models: Any, reference: Any, *, budget: Any, plan: Any, seed: A
     lacks, the budget against the plan's first look, the aggregate on it) is checked once it is read, before the
     run folder is touched."""
     check_distributed(distributed)
-    if executor is not None and not isinstance(executor, Executor):
-        raise InputError(f"must have a serve(round_, scorers) method, got {type(executor).__name__}", field="executor")
+    if isinstance(executor, (str, RayExecutor)):
+        remote = resolve_executor(executor)
+        if remote is not None and distributed != "main":
+            raise InputError("the Ray executor spreads the checkpoints over its actors: call it from one process",
+                             field="distributed", allowed=["main"])
+    elif executor is not None and not isinstance(executor, Executor):
+        raise InputError(f"must have a serve(round_, scorers) method, or be 'in-process', 'ray' or a RayExecutor, got "
+                         f"{type(executor).__name__}", field="executor")
     engine_ = engine_options(engine)
     check_n_parameters(n_parameters)
     check_seed(seed)
@@ -137,7 +147,7 @@ def sweep(
     progress: ProgressCallback | None = None,
     force: bool = False,
     distributed: str = "main",
-    executor: Executor | None = None,
+    executor: Executor | RayExecutor | str | None = None,
 ) -> SweepRun:
     """Place every checkpoint of ``models`` on ``reference`` within one total ``budget``.
 
@@ -177,7 +187,10 @@ def sweep(
         ``"main"`` (default) or ``"all"``: who scores (section "Distributed" below; docs/engine.md, "Several processes").
     executor
         Serves each planned round of looks (:class:`~flasheval.sweeps.executor.Executor`: ``serve(round_, scorers)``);
-        default: in this process, in priority order. Every executor gives the same result (docs/sweep.md).
+        default: in this process, in priority order. ``"ray"`` or a
+        :class:`~flasheval.cluster.executor.RayExecutor` (its address and each checkpoint's resources): live
+        checkpoints (specs) held by Ray actors, every round's looks scored on them at once, the run folder written
+        here (docs/cluster.md). Every executor gives the same result (docs/sweep.md).
 
     Distributed
     -----------
@@ -203,6 +216,10 @@ def sweep(
             refuse_live_options("specs only", task_dir=task_dir, include_path=include_path, num_fewshot=num_fewshot)
             engine.refuse("live specs only", "dtype", "device", "batch_size")
             refuse_live_options("specs only", max_loaded=max_loaded)
+            if isinstance(executor, (str, RayExecutor)) and resolve_executor(executor) is not None:
+                raise InputError("replayed checkpoints compute nothing to spread: the Ray executor serves live "
+                                 "checkpoints", field="executor")
+            executor = None if isinstance(executor, str) else executor
             engine.refuse("live specs only", "max_length", "device_map", "max_memory", "offload_folder")
             run = _replay(resolved, reference, budget=budget, plan=plan_, seed=seed or 0, aggregate=aggregate,
                           missing=missing, datasets=datasets, low_rank=low_rank, n_params=n_params,
@@ -212,6 +229,7 @@ def sweep(
                                    engine=engine)
             for model in resolved:
                 options.check_model(model)  # type: ignore[arg-type]
+            executor = _remote_checks(executor, resolved, max_loaded)
             run = _live(resolved, reference, budget=budget, plan=plan_, options=options, aggregate=aggregate,
                         missing=missing, datasets=datasets, low_rank=low_rank, n_params=n_params,
                         n_parameters=n_parameters, max_loaded=1 if max_loaded is None else max_loaded, folder=folder,
@@ -219,6 +237,19 @@ def sweep(
         if output is None:
             return replace(run, record_path=None)
         return run
+
+
+def _remote_checks(executor: Any, models: Sequence[Any], max_loaded: int | None) -> Any:
+    """The executor of a live sweep: a :class:`RayExecutor` (``"ray"``), checked against the models, or as given."""
+    remote = resolve_executor(executor) if isinstance(executor, (str, RayExecutor)) else executor
+    if isinstance(remote, RayExecutor):
+        if any(not isinstance(m, NamedModel) for m in models):
+            raise InputError("the Ray executor opens checkpoints from their specs ([NAME=]hf:... / gguf:...); a model "
+                             "held in memory or an opened backend stays in this process", field="executor")
+        if max_loaded is not None:
+            raise InputError("on Ray, the checkpoints loaded at once are the actors: give RayExecutor(max_models=N)",
+                             field="--max-loaded")
+    return remote
 
 
 def _resolving(report: Reporter, message: str, run: RunFolder, folder: Path) -> None:
@@ -243,8 +274,9 @@ def _replay(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any,
               "models": model_ids, "plan": plan.name, "seed": seed, "aggregate": aggregate, "missing": missing,
               "low_rank": low_rank, "budget": [budget.max_examples, budget.max_tokens, budget.max_flops],
               "n_parameters": n_parameters}
-    prepare_output(folder, record=RECORD_FILE)
+    prepare_output(folder, record=RECORD_FILE, note=False)
     with open_run_folder(folder, config, model_ids) as run:  # held to the end: a second sweep here is refused
+        note_replacing(folder / RECORD_FILE)  # once the folder's settings are the sweep's: a refused one says nothing
         scorers = {m: run.scorer(m, ReplayScorer(full, m, n_parameters=n_params)) for m in model_ids}
         _resolving(report, f"sweeping {len(model_ids)} checkpoints on {full.name} ({pool.n_models} reference models, "
                            f"plan {plan.name}, budget {budget.max_examples or budget.max_tokens or budget.max_flops})",
@@ -302,12 +334,23 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
               "budget": [budget.max_examples, budget.max_tokens, budget.max_flops], "n_parameters": n_parameters}
     if setup.engine != "flasheval":  # run folders of DCLM-format sweeps predate the key: they still resume
         config["engine"] = setup.engine
+    remote = executor if isinstance(executor, RayExecutor) else None
+    remote_models = None if remote is None else RemoteCheckpoints(  # the cluster checked before the folder is touched
+        models, lambda m: partial(setup.open, m, options=options, n_params=n_params), remote)
     state = processes(distributed)
-    prepare_output(folder, record=RECORD_FILE, note=is_main(state))
-    run = open_run_folder(folder, config, [m.model_id for m in models], state)
+    try:
+        prepare_output(folder, record=RECORD_FILE, note=False)
+        run = open_run_folder(folder, config, [m.model_id for m in models], state)
+    except BaseException:
+        if remote_models is not None:
+            remote_models.close()
+        raise
+    if is_main(state):
+        note_replacing(folder / RECORD_FILE)  # once the folder's settings are the sweep's: a refused one says nothing
     report.is_main = is_main(state)
     how = ", ".join(filter(None, (setup.describe(), setup.dtype)))
-    _resolving(report, f"sweeping {len(models)} live checkpoints ({how}, at most {max_loaded} in memory"
+    where = f"at most {max_loaded} in memory" if remote is None else remote.describe()
+    _resolving(report, f"sweeping {len(models)} live checkpoints ({how}, {where}"
                        f"{', held out of the pool: ' + ', '.join(held) if held else ''}) on {full.name} ({pool.n_models} "
                        f"reference models, plan {plan.name}, budget "
                        f"{budget.max_examples or budget.max_tokens or budget.max_flops})", run, folder)
@@ -320,11 +363,13 @@ def _live(models: Sequence[Any], reference: Any, *, budget: Budget, plan: Any, o
             for model in models:
                 if isinstance(model, LoadedModel):
                     stack.enter_context(scoring_mode(model.model))
-            checkpoints = stack.enter_context(CheckpointPool(models, folder, opener, max_loaded=max_loaded))
+            checkpoints: Any = stack.enter_context(
+                CheckpointPool(models, folder, opener, max_loaded=max_loaded) if remote_models is None else remote_models)
             scorers = {m: run.scorer(m, s) for m, s in checkpoints.scorers.items()}
             result = run_sweep(pool, scorers, plan, budget=budget, seed=setup.seed, aggregate=aggregate,
                                low_rank=_racing(low_rank, pool), n_parameters=n_params,
-                               on_round=_round_reporter(report), executor=executor)
+                               on_round=_round_reporter(report), executor=executor if remote is None else checkpoints)
+            max_loaded = checkpoints.max_loaded
         payload = build_payload(result, full, pool, aggregate)
         payload["live"] = {"engine": setup.engine, "dtype": setup.dtype, **setup.record_settings(),
                            "max_loaded": max_loaded, "world_size": 1 if state is None else state.num_processes,

@@ -17,21 +17,25 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flasheval.api.place import PlaceRun
+from flasheval.api.place import PlaceRun, place
 from flasheval.api.progress import Progress, ProgressCallback, Reporter, check_progress
 from flasheval.api.resolve import resolve_reference
 from flasheval.api.resolve import PLACE_KEYWORDS
 from flasheval.api.runs import check_checkpoint_args, place_checkpoint, run_folder_path
 from flasheval.checks import check_flag, check_keywords
+from flasheval.cluster.executor import RayExecutor, resolve_executor, weights_bytes
+from flasheval.cluster.pool import Captured, answering, capture, run_each
 from flasheval.errors import FlashevalError, InputError
 from flasheval.runs.checkpoint_scan import FoundCheckpoint, examine_checkpoint, find_checkpoints
 from flasheval.runs.folder import RUN_FILE, RunHistory, placed_steps, read_run
 from flasheval.atomic import atomic_write_text
+from flasheval.records.run_record import check_creatable
 
 __all__ = ["watch", "DEFAULT_RUN_DIR", "FAILED_FILE", "UnplacedCheckpoint", "unplaced_checkpoints"]
 
@@ -136,26 +140,37 @@ class _Watcher:
     """One watcher's looks at the folder: what it placed, what failed (and how often), what vanished."""
 
     def __init__(self, folder: Path, run_dir: Path, reference: Any, *, settle: float, tries: int, report: Reporter,
-                 place_kwargs: dict[str, Any]) -> None:
+                 place_kwargs: dict[str, Any], remote: RayExecutor | None = None) -> None:
         self.folder, self.run_dir, self.reference, self.settle, self.tries = folder, run_dir, reference, settle, tries
-        self.report, self.place_kwargs = report, place_kwargs
+        self.report, self.place_kwargs, self.remote = report, place_kwargs, remote
+        self.ready: dict[int, Any] = {}
+        """Ray: placements computed this look, by step (a :class:`PlaceRun` or the error that stopped it)."""
         self.unplaced = _still_gone(run_dir)
         self.changed: dict[int, FoundCheckpoint] = {}
         """Checkpoints whose files changed while they loaded: gone once their path is (else placed when complete)."""
         self.noted: set[Any] = set()
+        self.problems: dict[int, str] = {}
+        """Steps never placed as they are (two checkpoints of one step, a step out of range): one line each."""
         self._write()
 
     def look(self) -> None:
         """Place every complete checkpoint not yet in the run, in step order (failed ones while tries are left)."""
-        done = placed_steps(self.run_dir)
+        done, todo = placed_steps(self.run_dir), []
         for found in find_checkpoints(self.folder, settle_seconds=self.settle, skip=self.run_dir, skip_steps=done):
             before = self.unplaced.get(found.step)
-            if not found.complete:
+            if found.problem:
+                self.problems[found.step] = f"step {found.step} ({found.path.name}): {found.problem}"
+                self._note(found, f"not placed: {found.problem}")
+            elif not found.complete:
                 self._note(found, f"not complete yet, waiting for {found.waiting_for}")
             elif before is not None and not before.gone and not before.retrying:
                 self._note(found, f"not tried again ({before.tries} tries failed: {before.reason})")
             else:
-                self._place(found, 0 if before is None or before.gone else before.tries)
+                todo.append((found, 0 if before is None or before.gone else before.tries))
+        if self.remote is not None and todo:
+            self._on_ray([found for found, _ in todo])
+        for found, tried in todo:
+            self._place(found, tried)
         for step, entry in list(self.unplaced.items()):  # failed, then removed: the run's rotation took it
             if not entry.gone and not Path(entry.path).exists():
                 self._gone(step, entry.checkpoint, entry.path)
@@ -164,6 +179,23 @@ class _Watcher:
                 del self.changed[step]
                 self._gone(step, found.path.name, str(found.path))
 
+    def _on_ray(self, found: list[FoundCheckpoint]) -> None:
+        """This look's placements computed at once on Ray actors, one checkpoint each (each as the run would place
+        it: :func:`~flasheval.api.runs.place_checkpoint` up to its placement); :meth:`_place` writes the records."""
+        calls, steps = [], []
+        for f in found:
+            try:
+                place_checkpoint(f.spec, run=self.run_dir, step=f.step, reference=self.reference,
+                                 **{**self.place_kwargs, "progress": None, "_placer": capture})
+            except Captured as call:
+                calls.append((f"step {f.step}", place, call.args_, call.kwargs))
+                steps.append(f.step)
+            except Exception:  # noqa: BLE001 - raised again, and handled, when the checkpoint is placed
+                pass
+        values = run_each(self.remote, calls, folder_keyword="store", what="watch on Ray",  # type: ignore[arg-type]
+                          memory_bytes=max(weights_bytes(str(f.path)) for f in found))
+        self.ready = dict(zip(steps, values))
+
     def _note(self, found: FoundCheckpoint, message: str) -> None:
         if (found.path, message) not in self.noted:
             self.noted.add((found.path, message))
@@ -171,9 +203,10 @@ class _Watcher:
 
     def _place(self, found: FoundCheckpoint, tried: int) -> None:
         self.report("checkpoint", f"step {found.step} ({found.path.name}): placing {found.spec}")
+        given = {"_placer": answering(self.ready.pop(found.step))} if found.step in self.ready else {}
         try:
             placed = place_checkpoint(found.spec, run=self.run_dir, step=found.step, reference=self.reference,
-                                      **self.place_kwargs)
+                                      **self.place_kwargs, **given)
         except _CallbackRaised as exc:
             raise exc.error from None
         except Exception as exc:  # noqa: BLE001 - one checkpoint's failure must not stop the others' placement
@@ -256,6 +289,19 @@ def _check_options(directory: Any, place_kwargs: dict[str, Any], retries: Any, *
     return folder
 
 
+def _run_outside_checkpoints(run_dir: Path, folder: Path) -> Path:
+    """``run_dir``, refused in one line when it lies inside a checkpoint of the watched folder: the run's records
+    would be written into that checkpoint, which is then never placed (the watcher skips the run folder)."""
+    real, watched = Path(os.path.realpath(run_dir)), Path(os.path.realpath(folder))
+    if real != watched and real.is_relative_to(watched):
+        top = watched / real.relative_to(watched).parts[0]
+        if examine_checkpoint(top) is not None:
+            raise InputError(f"is inside checkpoint {top.name} of the watched folder: the run's records would be "
+                             "written into that checkpoint, and it would never be placed; give a run folder outside "
+                             f"the checkpoints (default: {folder / DEFAULT_RUN_DIR})", path=run_dir, field="--run")
+    return run_dir
+
+
 def _unplaced_text(unplaced: tuple[UnplacedCheckpoint, ...]) -> str:
     """``step 40 (checkpoint-40): gone before it was placed ...; step 50 (...): BackendError: ...``."""
     return "; ".join(f"step {u.step} ({u.checkpoint}): {u.reason}" for u in unplaced)
@@ -263,7 +309,7 @@ def _unplaced_text(unplaced: tuple[UnplacedCheckpoint, ...]) -> str:
 
 def watch(directory: str | Path, *, reference: Any, run: str | Path | None = None, once: bool = False,
           poll_seconds: float = 30.0, settle_seconds: float = 60.0, retries: int = 3,
-          progress: ProgressCallback | None = None, **place_kwargs: Any) -> RunHistory:
+          progress: ProgressCallback | None = None, executor: Any = None, **place_kwargs: Any) -> RunHistory:
     """Place the checkpoints saved under ``directory`` into one run folder, in step order, as they appear.
 
     Parameters
@@ -291,6 +337,9 @@ def watch(directory: str | Path, *, reference: Any, run: str | Path | None = Non
         Called with a ``checkpoint`` :class:`~flasheval.api.progress.Progress` as each checkpoint is found
         waiting, starts, is placed (``detail``: its :class:`~flasheval.api.place.PlaceRun`), fails or is gone
         (``detail``: its :class:`UnplacedCheckpoint`), and with each placement's own events.
+    executor
+        ``"ray"`` or a :class:`~flasheval.cluster.executor.RayExecutor`: the checkpoints of each look placed at once
+        on Ray actors, one each; the records written here, in step order, as in this process (docs/cluster.md).
     **place_kwargs
         Every other keyword of :func:`flasheval.place_checkpoint` / :func:`flasheval.place` (``plan``,
         ``budget``, ``seed``, ``engine``, ``simultaneous``, ...), forwarded unchanged to each placement
@@ -322,13 +371,15 @@ def watch(directory: str | Path, *, reference: Any, run: str | Path | None = Non
     check_flag(once, field="once")
     check_progress(progress)
     folder = _check_options(directory, place_kwargs, retries, reference=reference, run=run)
-    run_dir = folder / DEFAULT_RUN_DIR if run is None else run_folder_path(run)
+    remote = resolve_executor(executor)
+    run_dir = folder / DEFAULT_RUN_DIR if run is None else _run_outside_checkpoints(run_folder_path(run), folder)
+    check_creatable(run_dir, field="--run")  # before failed.json is looked for in it
     report = Reporter(progress)
     ref = resolve_reference(reference, missing=place_kwargs.get("missing", "complete-models"))
     report("start", f"watching {folder} for checkpoints ({'once' if once else f'every {poll:g} s'}); "
                     f"run folder {run_dir}, {len(placed_steps(run_dir))} checkpoints already placed")
     watcher = _Watcher(folder, run_dir, ref, settle=settle, tries=1 if once else 1 + retries, report=report,
-                       place_kwargs={**place_kwargs, "progress": _guarded(progress)})
+                       place_kwargs={**place_kwargs, "progress": _guarded(progress)}, remote=remote)
     while True:
         watcher.look()
         if once:
@@ -336,7 +387,8 @@ def watch(directory: str | Path, *, reference: Any, run: str | Path | None = Non
         time.sleep(poll)
     unplaced = watcher.finish()
     if not placed_steps(run_dir) and not (run_dir / RUN_FILE).is_file():
-        if unplaced:
-            raise InputError(f"no checkpoint placed: {_unplaced_text(unplaced)}", path=folder)
+        if unplaced or watcher.problems:
+            text = "; ".join([_unplaced_text(unplaced)] * bool(unplaced) + list(watcher.problems.values()))
+            raise InputError(f"no checkpoint placed: {text}", path=folder)
         raise InputError("no complete checkpoint to place yet (nothing is in the run folder)", path=folder)
     return read_run(run_dir)

@@ -19,12 +19,14 @@ from pathlib import Path
 
 from flasheval.api.watch import DEFAULT_RUN_DIR, FAILED_FILE, UnplacedCheckpoint, unplaced_checkpoints, watch
 from flasheval.cli._options import (
+    add_executor_options,
     add_live_options,
     add_lmeval_live_options,
     add_placement_options,
     add_progress_options,
     budget_from,
     engine_from,
+    executor_from,
     step_printer,
 )
 from flasheval.runs.folder import placed_steps
@@ -52,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_placement_options(parser, seed_help="default: the reference's build seed", budget="per checkpoint")
     add_live_options(parser)
     add_lmeval_live_options(parser)
+    add_executor_options(parser)
     add_progress_options(parser)
     parser.set_defaults(func=run)
 
@@ -65,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
                         budget=budget_from(args.max_examples, args.max_tokens, args.max_flops,
                                            max_seconds=args.max_seconds),
                         n_parameters=args.n_parameters, task_dir=args.task_dir, include_path=args.include_path,
-                        num_fewshot=args.num_fewshot, engine=engine_from(args), progress=step_printer(args))
+                        num_fewshot=args.num_fewshot, engine=engine_from(args), progress=step_printer(args),
+                        executor=executor_from(args))
     except KeyboardInterrupt:
         failed = [u for u in unplaced_checkpoints(run_dir) if not u.gone]
         print(f"flasheval: stopped watching; the {len(placed_steps(run_dir))} checkpoints placed are kept in {run_dir} "

@@ -218,3 +218,18 @@ def test_watch_once_on_ray_equals_watch_once_in_process(world):
     for path in records:
         assert _masked(read_record(remote / path).payload) == _masked(read_record(local / path).payload), path
     assert read_record(remote / "run.json").payload == read_record(local / "run.json").payload  # the run's settings
+
+
+def test_the_executor_options_are_checked_before_anything_runs(tmp_path, capsys):
+    from flasheval.cluster.executor import RayExecutor, check_reachable
+
+    for bad, field in (({"num_cpus": 0}, "num_cpus"), ({"num_gpus": -1}, "num_gpus"), ({"max_models": 0}, "max_models"),
+                       ({"max_retries": True}, "max_retries"), ({"address": " "}, "--ray-address")):
+        with pytest.raises(InputError, match=f"field '{field}'"):
+            RayExecutor(**bad)
+    with pytest.raises(InputError, match="expected HOST:PORT"):
+        check_reachable("nohost")
+    assert main(["sweep", "--backtest", "3", "--budget-examples", "100", "--ray-address", "h:1",
+                 "--output", str(tmp_path / "s")]) == 1
+    assert "field '--ray-address': applies to --executor ray only" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
