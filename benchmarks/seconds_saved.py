@@ -241,6 +241,9 @@ def first_build(work: Path, args: argparse.Namespace, specs: list[str], seconds:
         note.write_text(json.dumps({"seconds": seconds, "date": datetime.date.today().isoformat(), "load": _load(),
                                     "models": len(specs), "examples_per_task": args.examples_per_task}))
     first = json.loads(note.read_text())
+    if fresh:
+        return (f"the pool's first build: {seconds:.0f} s, recorded in {note.name} (later runs of this pool and size "
+                "are served by the build's results store and quote it)")
     return (f"the pool's first build ({first['models']} models x {args.tasks} x {first['examples_per_task']}) took "
             f"{first['seconds']:.0f} s on {first['date']} ({first['load']}); this run's: {seconds:.0f} s "
             f"(served by the build's results store after the first: {note.name})")

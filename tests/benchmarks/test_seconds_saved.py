@@ -44,7 +44,7 @@ def test_the_first_build_is_recorded_once_and_quoted_after(tmp_path):
 
     args = SimpleNamespace(tasks="copa", examples_per_task=1000, dtype="float32")
     assert "predates" in ss.first_build(tmp_path, args, ["m=hf:x"], 5.0, fresh=False)  # a store from before
-    assert "took 1234 s" in ss.first_build(tmp_path, args, ["m=hf:x"], 1234.0, fresh=True)
+    assert "the pool's first build: 1234 s, recorded in" in ss.first_build(tmp_path, args, ["m=hf:x"], 1234.0, fresh=True)
     later = ss.first_build(tmp_path, args, ["m=hf:x"], 20.0, fresh=False)
     assert "took 1234 s" in later and "this run's: 20 s" in later
     assert "predates" in ss.first_build(tmp_path, args, ["m=hf:y"], 20.0, fresh=False)  # another pool: another key
