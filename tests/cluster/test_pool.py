@@ -169,3 +169,12 @@ def test_a_jobs_own_error_is_raised_as_it_is_and_the_cluster_must_fit_one_model(
         ModelPool(RayExecutor(num_gpus=1), n_models=1)
     assert ModelPool(RayExecutor(memory_gb=30, progress=False), n_models=5).n_actors == 2
     assert ModelPool(RayExecutor(max_models=1, progress=False), n_models=5).n_actors == 1
+
+
+def test_one_progress_bar_counts_the_jobs_of_every_run_and_the_models_loaded(fake, capsys):
+    pool = ModelPool(RayExecutor(progress=True), n_models=3, what="sweep on Ray")
+    pool.run(_jobs("a", "b", "c"))
+    pool.run(_jobs("a"))
+    pool.close()
+    err = capsys.readouterr().err
+    assert "sweep on Ray: 100%" in err and "4/4" in err and "2 models loaded on 2 actors" in err
