@@ -44,10 +44,10 @@ from flasheval.runs.folder import (
     run_folder_path,
 )
 from flasheval.placement.tiers import TierPlan, plan_from_json, plan_to_json
-from flasheval.records.run_record import prepare_output, read_record, write_record
+from flasheval.records.run_record import check_creatable, prepare_output, read_record, write_record
 from flasheval.reference import ReferenceLeaderboard
 
-__all__ = ["place_checkpoint", "read_run", "RunHistory", "RunCheckpoint"]
+__all__ = ["place_checkpoint", "read_run", "RunHistory", "RunCheckpoint", "check_hook"]
 
 logger = logging.getLogger(__name__)
 
@@ -198,6 +198,59 @@ def check_checkpoint_args(model: Any, *, run: Any, step: Any, reference: Any, to
     return folder, step, budget
 
 
+def _read_run_inputs(model: Any, folder: Path, step: int, reference: Any, tokenizer: Any, simultaneous: int | None,
+                     budget: Budget, place_kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """What a placement into run folder ``folder`` reads before it writes anything, each checked: the run's saved
+    settings (``None``: a new run), the reference (given, else the run's), the model resolved, the plan at the run's
+    split level and ``run.json``'s payload; the reference, budget and aggregate checked against each other
+    (``identity`` and ``plan`` are taken out of ``place_kwargs``)."""
+    saved = read_settings(folder)
+    name = saved["name"] if saved is not None else folder.resolve().name
+    if reference is None:
+        if saved is None:
+            raise InputError("the first placement of a run needs its reference", field="reference")
+        reference = saved["reference_source"]
+    if simultaneous is None and saved is not None:
+        simultaneous = saved["settings"].get("simultaneous")
+    ref = _run_reference(reference, saved, folder, place_kwargs.get("missing", "complete-models"))
+    resolved = _model(model, tokenizer, place_kwargs.pop("identity", None), f"{name}/step-{step}")
+    if isinstance(resolved, ReplayModel):  # before the run folder is touched
+        refuse_time_budget(budget)
+    plan = _run_plan(place_kwargs.pop("plan", None), saved, folder)
+    split = plan if simultaneous is None else split_level(plan, simultaneous)
+    payload = _run_payload(name, ref, _source(reference, ref), split, plan, resolved, simultaneous, place_kwargs)
+    check_on_reference(resolved, ref, split, budget=budget, aggregate=place_kwargs.get("aggregate"),
+                       seed=payload["settings"]["seed"], n_parameters=place_kwargs.get("n_parameters"))
+    return saved, ref, resolved, split, payload
+
+
+def check_hook(model: Any, *, run: Any, reference: Any, tokenizer: Any, place_kwargs: dict[str, Any],
+               step: int = 0) -> None:
+    """Check, when a training framework's callback is made (before training starts, not at its first placement),
+    everything :func:`place_checkpoint` checks before it writes: every argument (:func:`check_checkpoint_args`),
+    the reference and the plan read, the budget against the plan, and, where the run folder holds a run already,
+    its settings against the run's. Nothing is written; ``model`` is the model the callback will place (the
+    framework's, as it holds it now), ``place_kwargs`` every other keyword of :func:`place_checkpoint`.
+
+    Raises
+    ------
+    InputError
+        The first bad value, in one line naming it, as :func:`place_checkpoint` would refuse it.
+    """
+    kwargs = dict(place_kwargs)
+    simultaneous, max_seconds = kwargs.pop("simultaneous", None), kwargs.pop("max_seconds", None)
+    folder, step, budget = check_checkpoint_args(model, run=run, step=step, reference=reference, tokenizer=tokenizer,
+                                                 simultaneous=simultaneous, max_seconds=max_seconds,
+                                                 place_kwargs=kwargs)
+    if max_seconds is not None:
+        kwargs["budget"] = budget
+    check_creatable(folder, field="run")  # where the first placement writes: a file on the way, no permission
+    check_folder_kind(folder, kind="run", field="run")
+    saved, *_, payload = _read_run_inputs(model, folder, step, reference, tokenizer, simultaneous, budget, kwargs)
+    if saved is not None:
+        check_settings(folder, saved, payload)
+
+
 def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any = None, tokenizer: Any = None,
                      simultaneous: int | None = None, max_seconds: float | None = None,
                      **place_kwargs: Any) -> PlaceRun:
@@ -271,28 +324,15 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
 
     ``flasheval report runs/my-run`` then draws rank against step.
     """
+    placer = place_kwargs.pop("_placer", place)  # the watcher on Ray: the placement computed by an actor
     folder, step, budget = check_checkpoint_args(model, run=run, step=step, reference=reference, tokenizer=tokenizer,
                                                  simultaneous=simultaneous, max_seconds=max_seconds,
                                                  place_kwargs=place_kwargs)  # every argument, before any I/O
     if max_seconds is not None:
         place_kwargs["budget"] = budget
-    saved = read_settings(folder)
-    name = saved["name"] if saved is not None else folder.resolve().name
-    if reference is None:
-        if saved is None:
-            raise InputError("the first placement of a run needs its reference", field="reference")
-        reference = saved["reference_source"]
-    if simultaneous is None and saved is not None:
-        simultaneous = saved["settings"].get("simultaneous")
-    ref = _run_reference(reference, saved, folder, place_kwargs.get("missing", "complete-models"))
-    resolved = _model(model, tokenizer, place_kwargs.pop("identity", None), f"{name}/step-{step}")
-    if isinstance(resolved, ReplayModel):  # before the run folder is touched
-        refuse_time_budget(budget)
-    plan = _run_plan(place_kwargs.pop("plan", None), saved, folder)
-    split = plan if simultaneous is None else split_level(plan, simultaneous)
-    payload = _run_payload(name, ref, _source(reference, ref), split, plan, resolved, simultaneous, place_kwargs)
-    check_on_reference(resolved, ref, split, budget=budget, aggregate=place_kwargs.get("aggregate"),
-                       seed=payload["settings"]["seed"], n_parameters=place_kwargs.get("n_parameters"))
+    saved, ref, resolved, split, payload = _read_run_inputs(model, folder, step, reference, tokenizer, simultaneous,
+                                                            budget, place_kwargs)
+    simultaneous = payload["settings"]["simultaneous"]
     writer = _is_writer(place_kwargs.get("distributed"))
     if place_kwargs.get("distributed", "main") == "main":
         _warn_group_timeout(folder, budget.max_seconds)
@@ -305,7 +345,7 @@ def place_checkpoint(model: Any, *, run: str | Path, step: int, reference: Any =
         elif saved is not None:
             check_settings(folder, saved, payload)
         store = None if isinstance(resolved, ReplayModel) else folder / STORE_DIR
-        placed = place(resolved, ref, plan=split, store=store, **place_kwargs)
+        placed = placer(resolved, ref, plan=split, store=store, **place_kwargs)
         if not writer:
             return placed
         kept = _keep_record(folder, step, placed)

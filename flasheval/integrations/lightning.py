@@ -107,14 +107,13 @@ class _PlacementHooks:
             _refuse_sharded(trainer, held)
         if self.on_save:
             _refuse_weights_only(trainer)
-        from flasheval.api.runs import check_checkpoint_args
+        from flasheval.api.runs import check_hook
         from flasheval.engine.hf.in_memory import unwrap
 
-        kwargs = {k: v for k, v in self.place_kwargs.items() if k not in ("simultaneous", "max_seconds")}
-        check_checkpoint_args(unwrap(held)[0], run=self.run, step=trainer.global_step, reference=self.reference,
-                              tokenizer=self.tokenizer, simultaneous=self.place_kwargs.get("simultaneous"),
-                              max_seconds=self.place_kwargs.get("max_seconds"),
-                              place_kwargs={**kwargs, "distributed": self.distributed})
+        # what the first placement checks before it writes: values, the reference and plan read, the budget against
+        # the plan, the run folder's settings (the Trainer callback's check, run when it is made)
+        check_hook(unwrap(held)[0], run=self.run, step=trainer.global_step, reference=self.reference,
+                   tokenizer=self.tokenizer, place_kwargs={**self.place_kwargs, "distributed": self.distributed})
         if self.distributed == "main" and trainer.is_global_zero and "max_seconds" not in self.place_kwargs:
             note_waiting("lightning PlacementCallback")
 

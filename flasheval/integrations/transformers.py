@@ -80,6 +80,7 @@ class _PlacementHooks:
         _check_trainer(trainer)
         if distributed == "main":
             _refuse_sharded(trainer)
+        _check_placement(trainer, reference, run, tokenizer, distributed, place_kwargs)
         self.reference, self.run, self.every, self.on_save_checkpoint = reference, Path(run), every, on_save
         self.distributed, self.tokenizer, self.place_kwargs = distributed, tokenizer, dict(place_kwargs)
         self._trainer = trainer
@@ -175,6 +176,21 @@ def _check_trainer(trainer: Any) -> None:
         got = "none" if trainer is None else type(trainer).__name__
         raise InputError(f"the callback needs the transformers.Trainer that runs it, got {got}: "
                          "attach(trainer, reference, run=...) makes it for the Trainer and adds it", field="trainer")
+
+
+def _check_placement(trainer: Any, reference: Any, run: Any, tokenizer: Any, distributed: str,
+                     place_kwargs: dict[str, Any]) -> None:
+    """Refuse, when the callback is made, what its first placement would refuse (:func:`flasheval.api.runs.check_hook`
+    on the Trainer's model and tokenizer: a bad value, an unknown reference or plan, a budget below the plan's first
+    look, other settings than the run folder's), rather than stopping training at that placement."""
+    from flasheval.api.runs import check_hook
+    from flasheval.engine.hf.in_memory import unwrap
+
+    tokenizer = tokenizer if tokenizer is not None else trainer.processing_class
+    if tokenizer is None:
+        raise InputError("the Trainer has no processing_class: give the callback tokenizer=", field="tokenizer")
+    check_hook(unwrap(trainer.model_wrapped)[0], run=run, reference=reference, tokenizer=tokenizer,
+               place_kwargs={**place_kwargs, "distributed": distributed})
 
 
 def _refuse_sharded(trainer: Any) -> None:

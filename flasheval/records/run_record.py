@@ -28,7 +28,7 @@ from flasheval.errors import InputError
 from flasheval.records.schemas import PAYLOAD_SCHEMAS, check_payload
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "RunRecord", "write_record", "read_record", "slug",
-           "prepare_output", "check_replace", "default_run_folder"]
+           "prepare_output", "check_replace", "default_run_folder", "note_replacing", "check_creatable"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,13 +112,7 @@ def prepare_output(folder: str | os.PathLike[str], *, record: str | None = None,
         The folder cannot be created or written (a read-only place, a path under a regular file),
         or it holds a record of another command or model (without ``force``).
     """
-    out = Path(folder)
-    if not str(folder).strip():
-        raise InputError("empty path; name a folder", field=field)
-    blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        raise InputError(f"{'is' if blocker == out else f'{blocker} is'} a file, not a folder; choose another "
-                         "folder", path=out, field=field)
+    out = check_creatable(folder, field=field)
     if record is not None and kind is not None:
         check_replace(out / record, kind=kind, model_id=model_id, force=force, field=field, settings=settings)
     try:
@@ -129,9 +123,43 @@ def prepare_output(folder: str | os.PathLike[str], *, record: str | None = None,
     except OSError as exc:
         raise InputError(f"cannot write the output here ({exc.strerror or exc}); choose another folder",
                          path=out, field=field) from None
-    if record is not None and note and (out / record).is_file():
-        logger.warning("note: replacing the earlier record %s (written %s)", out / record, _written(out / record))
+    if record is not None and note:
+        note_replacing(out / record)
     return out
+
+
+def check_creatable(folder: str | os.PathLike[str], *, field: str = "--output") -> Path:
+    """``folder`` as a path, refused in one line when it cannot be a folder written here: empty, a file on its way,
+    a name too long, or a nearest existing folder this process cannot write into (a file created there and removed
+    at once says so: nothing is left behind). What a run checks before it spends anything, and a training callback
+    when it is made."""
+    out = Path(folder)
+    if not str(folder).strip():
+        raise InputError("empty path; name a folder", field=field)
+    try:
+        blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+        existing = next(p for p in (out, *out.parents) if p.is_dir())
+    except OSError as exc:  # a name over the file system's limit (ENAMETOOLONG), a symlink loop
+        raise InputError(f"cannot be a folder here ({exc.strerror or exc}); choose another folder", path=out,
+                         field=field) from None
+    if blocker is not None:
+        raise InputError(f"{'is' if blocker == out else f'{blocker} is'} a file, not a folder; choose another "
+                         "folder", path=out, field=field)
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".flasheval-write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"cannot write the output here ({exc.strerror or exc} in {existing}); choose another folder",
+                         path=out, field=field) from None
+    return out
+
+
+def note_replacing(path: Path) -> None:
+    """Say, in one line, that the record at ``path`` (if there is one) will be replaced: once every check of the
+    run has passed (a run refused afterwards replaces nothing, so says nothing)."""
+    if path.is_file():
+        logger.warning("note: replacing the earlier record %s (written %s)", path, _written(path))
 
 
 def check_replace(path: str | os.PathLike[str], *, kind: str, model_id: str | None = None, force: bool = False,
@@ -180,18 +208,25 @@ def default_run_folder(kind: str, *names: str, settings: dict[str, Any] | None =
     'runs/place-helm_lite-org-m'
     >>> default_run_folder("place", "helm_lite", "org/m") != default_run_folder("place", "helm_lite", "org m")
     True
+    >>> len(default_run_folder("place", "helm_lite", "org/" + "m" * 300).name)
+    209
     >>> seeded = default_run_folder("place", "helm_lite", "org-m", settings={"seed": 1})
     >>> seeded.name.startswith("place-helm_lite-org-m-"), seeded != default_run_folder("place", "helm_lite", "org-m")
     (True, True)
     """
     slugs = [slug(n) for n in names]
     stem = "-".join([kind, *slugs])
-    if slugs != list(names) or settings:
+    if slugs != list(names) or settings or len(stem) > _MAX_STEM:
         exact = "\0".join(names)
         if settings:
             exact += "\0" + json.dumps(_json_safe(settings), sort_keys=True)
-        stem += "-" + hashlib.sha256(exact.encode("utf-8")).hexdigest()[:8]
+        stem = stem[:_MAX_STEM].rstrip("-") + "-" + hashlib.sha256(exact.encode("utf-8")).hexdigest()[:8]
     return Path("runs") / stem
+
+
+_MAX_STEM = 200
+"""The longest default folder name before its digest (file systems take 255 bytes a name; slugs are ASCII): a long
+model id (a 300-character hub id) is cut there, the digest of the whole names keeping folders apart."""
 
 
 def _written(path: Path) -> str:

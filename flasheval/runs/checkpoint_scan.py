@@ -32,9 +32,11 @@ import re
 import struct
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
+
+from flasheval.runs.folder import MAX_STEP  # a checkpoint whose name holds a larger step is found, never placed
 
 __all__ = ["FoundCheckpoint", "find_checkpoints", "examine_checkpoint", "short_file", "step_of_name"]
 
@@ -59,10 +61,13 @@ class FoundCheckpoint:
     """``hf`` (a ``save_pretrained`` folder) or ``gguf`` (one file)."""
     waiting_for: str = ""
     """Why it is not complete yet (``""``: complete)."""
+    problem: str = ""
+    """Why it is not placed as it is, however long the watcher waits (``""``: none): another checkpoint of the
+    folder holds the same step (``step-5`` beside ``global_step5``, ``step-02`` beside ``step-2``)."""
 
     @property
     def complete(self) -> bool:
-        return not self.waiting_for
+        return not self.waiting_for and not self.problem
 
     @property
     def spec(self) -> str:
@@ -87,7 +92,7 @@ def _trainer_step(folder: Path) -> int | None:
         step = json.loads((folder / _TRAINER_STATE).read_text(encoding="utf-8")).get("global_step")
     except (OSError, ValueError, AttributeError):
         return None
-    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+    return step if isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= MAX_STEP else None
 
 
 class _Cut(Exception):
@@ -256,6 +261,10 @@ def _missing_files(folder: Path) -> str:
             return short
     if folder.name.startswith("checkpoint-") and not (folder / _TRAINER_STATE).is_file():
         return _TRAINER_STATE
+    from flasheval.engine.hf.loading import TOKENIZER_FILES, has_tokenizer_files
+
+    if not has_tokenizer_files(folder):  # save_pretrained of the model, then of its tokenizer: not there yet
+        return f"its tokenizer ({', '.join(TOKENIZER_FILES)}: saved beside the weights, tokenizer.save_pretrained)"
     return ""
 
 
@@ -294,7 +303,8 @@ def examine_checkpoint(entry: str | os.PathLike[str], *, settle_seconds: float =
             waiting = f"its files to stop changing for {settle_seconds:g} s"
     except FileNotFoundError:  # removed while looking (a trainer rotating its checkpoints)
         return None
-    return FoundCheckpoint(step=step, path=path, kind=kind, waiting_for=waiting)
+    problem = "" if step <= MAX_STEP else f"its step {step} is beyond {MAX_STEP} (2**63 - 1): not a training step"
+    return FoundCheckpoint(step=step, path=path, kind=kind, waiting_for=waiting, problem=problem)
 
 
 def find_checkpoints(folder: str | os.PathLike[str], *, settle_seconds: float = 0.0, skip: Path | None = None,
@@ -306,11 +316,23 @@ def find_checkpoints(folder: str | os.PathLike[str], *, settle_seconds: float = 
     placed ones: their headers are not read again at every look).
     """
     now = time.time() if now is None else now
-    found = []
+    found: dict[int, list[FoundCheckpoint]] = {}
+    skipped = None if skip is None else os.path.realpath(skip)  # realpath: a symlink loop is a path, not an error
     for entry in sorted(Path(os.path.abspath(folder)).iterdir()):
-        if (skip is not None and entry.resolve() == skip.resolve()) or step_of_name(entry.name) in skip_steps:
+        if os.path.realpath(entry) == skipped or step_of_name(entry.name) in skip_steps:
             continue
         checkpoint = examine_checkpoint(entry, settle_seconds=settle_seconds, now=now)
         if checkpoint is not None and checkpoint.step not in skip_steps:
-            found.append(checkpoint)
-    return tuple(sorted(found, key=lambda c: (c.step, c.path.name)))
+            found.setdefault(checkpoint.step, []).append(checkpoint)
+    return tuple(c for step in sorted(found) for c in _one_per_step(found[step]))
+
+
+def _one_per_step(same: list[FoundCheckpoint]) -> list[FoundCheckpoint]:
+    """The checkpoints of one step, each with its ``problem`` when there are several: which is the step's is not
+    for the watcher to guess (two records of one step, or one silently dropped)."""
+    if len(same) == 1:
+        return same
+    names = " and ".join(c.path.name for c in same)
+    problem = (f"{len(same)} checkpoints hold step {same[0].step} ({names}): none is placed until one is left "
+               "(rename or move the others)")
+    return [replace(c, problem=problem) for c in same]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import socket
 import re
 import time
 from collections.abc import Mapping
@@ -33,7 +34,7 @@ import numpy as np
 
 from flasheval.engine.store.shards import FOLDER_LOCK, lock_folder
 from flasheval.checks import check_name, is_whole
-from flasheval.errors import InputError
+from flasheval.errors import FlashevalError, InputError
 from flasheval.placement.results import Placed, PlacementResult
 from flasheval.placement.tiers import Tier
 from flasheval.records.run_record import RunRecord, read_record, write_record
@@ -138,11 +139,15 @@ def run_folder_path(run: object) -> Path:
     if not isinstance(run, (str, Path)) or not str(run).strip():
         raise InputError(f"expected a run folder (str or Path), got {run!r}", field="run")
     try:
-        name = Path(run).resolve().name
+        resolved = Path(run).resolve()
+        name = resolved.name
     except (RuntimeError, OSError) as exc:  # a symlink loop on the way: "Symlink loop from ..."
         raise InputError(f"cannot be a folder ({exc})", path=run, field="run") from None
+    if len(os.fsencode(name)) > 255:  # every file system's limit on one name: os.stat would fail on it
+        raise InputError(f"a folder name is at most 255 bytes, this one has {len(os.fsencode(name))}", path=run,
+                         field="run")
     check_name(name, field="run", what="run name (the run folder's name)")
-    if Path(run).resolve() == Path.cwd().resolve():  # Path("") is Path("."): files would land in the working folder
+    if resolved == Path.cwd().resolve():  # Path("") is Path("."): files would land in the working folder
         raise InputError(f"{str(run)!r} is the working folder itself (an empty Path('') is '.'); name the run's own "
                          "folder (e.g. Path.cwd() / 'my-run')", field="run")
     check_folder_kind(run, kind="run", field="run")
@@ -222,20 +227,90 @@ def check_settings(run: Path, saved: Mapping[str, Any], payload: Mapping[str, An
                          "plan out to use the run's, or place into a new run folder", path=run / RUN_FILE, field="plan")
 
 
-def hold_run(run: Path, *, poll_seconds: float = 0.5) -> int:
+LOCK_WAIT_S = 3600.0
+"""How long a placement waits for another flasheval process placing into the same run folder (a watcher's
+placement of a large model may take that long); a holder that is stopped is refused at once."""
+OTHER_HOLDER_WAIT_S = 60.0
+"""How long it waits when the lock's holder is no flasheval placement (it did not write its pid into the lock)."""
+
+
+_STOPPED = {"T": "is stopped (continue it with kill -CONT, or end it)", "t": "is stopped by a debugger",
+            "Z": "has exited (a zombie its parent has not reaped)"}
+"""Process states (``/proc/PID/stat``) of a holder that will not release the lock by itself."""
+
+
+def hold_run(run: Path, *, poll_seconds: float = 0.5, wait_seconds: float = LOCK_WAIT_S,
+             other_wait_seconds: float = OTHER_HOLDER_WAIT_S) -> int:
     """Take the run folder's lock (the sweep's :func:`~flasheval.engine.store.shards.lock_folder`): its descriptor.
 
-    When another process is placing into the folder, wait until it is done (a note says so once): a
-    placement inside a training job should not fail because a watcher or another rank got there first.
+    When another process is placing into the folder, wait until it is done (a note names it once): a placement
+    inside a training job should not fail because a watcher or another rank got there first. The wait is bounded:
+    a holder that is stopped (``kill -STOP``, Ctrl-Z) or a zombie is refused at once, one that is no flasheval
+    placement after ``other_wait_seconds``, any other after ``wait_seconds``, in one line naming it (its pid, host
+    and command where this host can see them). The holder writes ``pid N on HOST`` into the lock file.
     """
-    fd = lock_folder(run)
-    if fd is None:
-        logger.warning("note: another placement is writing into run folder %s (it holds %s); waiting for it", run,
-                       FOLDER_LOCK)
+    fd = _lock(run)
+    start, noted = time.monotonic(), False
     while fd is None:
+        holder, state, ours = _lock_holder(run / FOLDER_LOCK)
+        if not noted:
+            noted = True
+            logger.warning("note: another placement is writing into run folder %s (%s holds %s); waiting for it "
+                           "(at most %g s)", run, holder, FOLDER_LOCK, wait_seconds if ours else other_wait_seconds)
+        waited = time.monotonic() - start
+        why = _STOPPED.get(state)
+        if why is None and waited > (wait_seconds if ours else other_wait_seconds):
+            why = f"has held it for over {waited:.0f} s" + ("" if ours else " and is no flasheval placement")
+        if why is not None:
+            raise FlashevalError(f"run folder {run}: {holder} holds its lock ({FOLDER_LOCK}) and {why}; place again "
+                                 "once it is done, or into another run folder")
         time.sleep(poll_seconds)
-        fd = lock_folder(run)
+        fd = _lock(run)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
     return fd
+
+
+def _lock(run: Path) -> int | None:
+    """:func:`lock_folder` of ``run``, a lock file that cannot be opened (a folder named ``folder.lock``) refused in one
+    line naming it (the run folder's problem: a watcher stops on it rather than failing every checkpoint)."""
+    try:
+        return lock_folder(run)
+    except OSError as exc:
+        raise InputError(f"cannot take the run folder's lock ({exc.strerror or exc}); remove it if no placement is "
+                         "running", path=run / FOLDER_LOCK, field="run") from None
+
+
+def _lock_holder(path: Path) -> tuple[str, str, bool]:
+    """Who holds the ``flock`` on ``path``: ``(description, process state, whether it wrote itself into the file)``.
+
+    The holder is read from ``/proc/locks`` (this host's kernel: any process, flasheval or not) and, on another host
+    of a shared file system, from what a flasheval holder wrote into the file; the state (``T`` stopped, ``Z``
+    zombie, ``""`` unknown) from ``/proc/PID/stat``.
+    """
+    try:
+        written = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        written = ""
+    try:
+        stat = path.stat()
+        inode = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            rows = [line.split() for line in locks]
+        pids = [row[4] for row in rows if row[1:2] == ["FLOCK"] and row[5:6] == [inode]]  # "->" rows: waiters
+    except OSError:  # no /proc (not Linux): what the holder wrote
+        pids = []
+    if not pids:
+        return (f"process {written}" if written else "another process", "", bool(written))
+    pid = pids[0]
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+        command = " ".join(command.split())  # one line, whatever its arguments hold
+    except (OSError, IndexError):
+        state, command = "", ""
+    shown = f"process {pid} on {socket.gethostname()}" + (f" ({command[:120]})" if command else "")
+    return shown, state, written.startswith(f"pid {pid} ")
 
 
 def reference_digest(reference: ReferenceLeaderboard) -> str:

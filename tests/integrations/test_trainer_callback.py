@@ -217,7 +217,8 @@ def test_a_sharded_model_with_main_is_refused_when_made_and_when_training_begins
     with pytest.raises(flasheval.InputError) as caught:
         attach(sharded, "tiny", run=tmp_path / "run", every=1)
     assert str(caught.value) == SHARDED
-    assert attach(sharded, "tiny", run=tmp_path / "run", every=1, distributed="all").distributed == "all"
+    assert attach(sharded, world["reference"], run=tmp_path / "run", every=1, plan=world["plan"],
+                  distributed="all").distributed == "all"
 
     configured = _trainer(tmp_path / "configured", [])
     configured.is_fsdp_enabled = True  # as accelerate's FSDP plugin sets it (a GPU launch): the model is wrapped later
@@ -261,7 +262,8 @@ def test_a_callback_made_for_its_trainer_and_added_places_and_one_run_by_another
     assert sorted(placement.placements) == [2]
     assert [e["step"] for e in trainer.state.log_history if "flasheval/rank" in e] == [2]
 
-    stray = PlacementCallback("tiny", trainer=_trainer(tmp_path / "made-for", []), run=tmp_path / "stray", every=1)
+    stray = PlacementCallback(world["reference"], trainer=_trainer(tmp_path / "made-for", []), run=tmp_path / "stray",
+                              every=1, plan=world["plan"])
     other = _trainer(tmp_path / "other", [stray])
     with pytest.raises(flasheval.InputError) as caught:
         other.train()
@@ -270,14 +272,13 @@ def test_a_callback_made_for_its_trainer_and_added_places_and_one_run_by_another
     assert other.state.global_step == 0 and not (tmp_path / "stray").exists()
 
 
-def test_all_without_a_process_group_is_refused_before_the_first_step(tmp_path):
+def test_all_without_a_process_group_is_refused_when_made(tmp_path):
     from flasheval.integrations.transformers import attach
 
     trainer = _trainer(tmp_path, [])
-    placement = attach(trainer, "tiny", run=tmp_path / "run", every=1, distributed="all")
     with pytest.raises(flasheval.InputError, match="field 'distributed': 'all' needs the caller's torch.distributed"):
-        trainer.train()
-    assert trainer.state.global_step == 0 and not (tmp_path / "run").exists()
+        attach(trainer, "tiny", run=tmp_path / "run", every=1, distributed="all")
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -57,6 +57,8 @@ def test_half_written_weights_are_waited_for_until_as_long_as_their_headers_say_
     model = _tiny_llama(24)
     model.save_pretrained(folder / "step-10")
     model.save_pretrained(folder / "step-30", max_shard_size="20KB")  # 7 shards and an index
+    for name in ("step-10", "step-30"):  # a checkpoint holds its tokenizer (its vocabulary file is what is looked for)
+        (folder / name / "tokenizer.json").write_text("{}")
     _tiny_gguf(folder / "model-step-20.gguf")
     cut = [folder / "step-10" / "model.safetensors", folder / "model-step-20.gguf",
            folder / "step-30" / "model-00002-of-00007.safetensors"]

@@ -207,9 +207,10 @@ def test_checkpoints_are_found_with_their_step_and_complete_only_when_every_file
     shards = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
     index = json.dumps({"weight_map": dict(zip("ab", shards))})
     folder("checkpoint-500", {"config.json": "{}", "model.safetensors": "w"})  # no trainer_state.json yet
-    folder("step700", {"config.json": "{}", "model.safetensors.index.json": index,
+    folder("step700", {"config.json": "{}", "model.safetensors.index.json": index, "tokenizer.json": "{}",
                        "model-00001-of-00002.safetensors": "w"})  # one shard of two
-    folder("final", {"config.json": "{}", "pytorch_model.bin": "w", "trainer_state.json": '{"global_step": 900}'})
+    folder("final", {"config.json": "{}", "pytorch_model.bin": "w", "trainer_state.json": '{"global_step": 900}',
+                     "tokenizer.model": "w"})
     folder("notes", {"readme.txt": "not a checkpoint"})
     (tmp_path / "model-step-300.gguf").write_text("gguf")
     (tmp_path / "other.gguf").write_text("no step in the name")

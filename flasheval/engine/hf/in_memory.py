@@ -116,8 +116,11 @@ def check_model(model: Any, tokenizer: Any) -> tuple[Any, Any]:
     if inner.get_output_embeddings() is None:
         raise InputError(f"{kind} has no language-modelling head (it returns hidden states, not logits): pass the "
                          "causal LM (AutoModelForCausalLM, e.g. LlamaForCausalLM)", field="model")
-    if tokenizer is None or not callable(tokenizer):
+    if tokenizer is None:
         raise InputError(f"{kind} needs its tokenizer (tokenizer=)", field="tokenizer")
+    if not callable(tokenizer):  # given, but not a tokenizer: name what was given
+        raise InputError(f"expected {kind}'s tokenizer (a transformers tokenizer, callable on text), got "
+                         f"{type(tokenizer).__name__}", field="tokenizer")
     rows = _vocabulary_rows(inner)
     try:
         n_tokens = len(tokenizer)

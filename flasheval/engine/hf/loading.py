@@ -189,6 +189,16 @@ def model_settings(model: Any, *, pad_multiple: int = PAD_MULTIPLE) -> RunSettin
                         pad_multiple=pad_multiple)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "*.model", "*.tiktoken")
+"""The files a saved tokenizer holds its vocabulary in, one at least (fast, SentencePiece, BPE, WordPiece and
+tiktoken tokenizers); ``tokenizer_config.json`` alone is not one."""
+
+
+def has_tokenizer_files(folder: Path) -> bool:
+    """Whether a ``save_pretrained`` folder holds a tokenizer's vocabulary (:data:`TOKENIZER_FILES`)."""
+    return any(any(folder.glob(pattern)) for pattern in TOKENIZER_FILES)
+
+
 def load_tokenizer(plan: HFLoadPlan) -> Any:
     """The planned model's tokenizer (cheap next to the weights).
 
@@ -199,6 +209,11 @@ def load_tokenizer(plan: HFLoadPlan) -> Any:
     special tokens and init arguments equal (checked for Gemma-3 and Qwen2.5; docs/engine.md).
     """
     folder, gguf_file = _files(plan.source, plan.gguf_file, plan.converted)
+    if plan.gguf_file is None and plan.converted is None and Path(folder).is_dir() \
+            and not has_tokenizer_files(Path(folder)):
+        raise BackendError(f"cannot load model {folder!r}: it holds no tokenizer (none of "
+                           f"{', '.join(TOKENIZER_FILES)}); save the model's tokenizer beside its weights "
+                           "(tokenizer.save_pretrained(folder))")
     return _from_pretrained("AutoTokenizer", folder, gguf_file, plan.revision,
                             **(gguf_tokenizer_type(plan.config) if gguf_file else {}))
 
@@ -339,12 +354,13 @@ def _from_pretrained(auto_class: str, source: str, gguf_file: str | None, revisi
     try:
         return getattr(transformers, auto_class).from_pretrained(source, **kwargs, **extra)
     except Exception as exc:  # noqa: BLE001 - any load failure (corrupt file, offline hub) is a user error here
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = " ".join(str(exc).split()) or type(exc).__name__  # every line: a first one may end in "one of:"
         where = f"{source}/{gguf_file}" if gguf_file else source
         if "offload_folder" in str(exc) and "offload_folder" not in extra:
             reason = ("some layers fit neither the GPUs nor CPU memory and must be written to disk: "
                       "give --offload-folder DIR")
-        raise BackendError(f"cannot load model {where!r}: {type(exc).__name__}: {reason[:300]}") from exc
+        reason = reason if len(reason) <= 300 else reason[:299] + "…"
+        raise BackendError(f"cannot load model {where!r}: {type(exc).__name__}: {reason}") from exc
 
 
 def _describe_map(hf_device_map: dict[str, Any] | None, plan: HFLoadPlan) -> str:
