@@ -5,7 +5,8 @@ held, an object with ``close()``) and what to compute with it (``fn(held, *args)
 returned to the driver). :meth:`ModelPool.run` serves a list of jobs given in priority order, all at once over
 the actors: a job goes to the actor that holds its model; otherwise to an idle actor, which unloads its model
 and opens the job's (an empty actor first, then the one whose model no waiting job needs, least recently used
-first). The results come back in the jobs' order, whatever order they finish in.
+first). The results come back in the jobs' order, whatever order they finish in. Actors start with the first jobs
+that need them (a sweep whose every score is stored starts none).
 
 An actor that dies (its process, its node) has its job served again on another actor, at most ``max_retries``
 times, then the run stops in one line naming the model and the cause; the pool goes on with the actors left
@@ -138,8 +139,7 @@ class ModelPool:
         self.n_actors = max(1, min(fits, n_models, executor.max_models or fits))
         self._options = {"num_cpus": executor.num_cpus, "num_gpus": executor.num_gpus,
                          **({"memory": int(memory)} if memory else {}), "scheduling_strategy": "SPREAD"}
-        self._remote = ray.remote(max_restarts=0)(_Slot)
-        self._actors = [self._start() for _ in range(self.n_actors)]
+        self._remote = ray.remote(max_restarts=0)(_Slot)  # actors start with the first jobs that need them
         self._openers: dict[str, Any] = {}
         self._clock = 0
         self.stats = _Stats()
@@ -167,7 +167,7 @@ class ModelPool:
                     continue
                 waiting.remove(i)
                 inflight[self._submit(actor, jobs[i])] = (i, actor)
-            if not inflight:
+            if not inflight:  # cannot happen: an idle or new actor takes the first job waiting
                 raise BackendError("no Ray actor is left to serve the jobs")
             ready, _ = self._ray.wait(list(inflight), num_returns=1)
             i, actor = inflight.pop(ready[0])
@@ -188,9 +188,15 @@ class ModelPool:
         if holder is not None:
             return None if holder.busy else holder
         idle = [a for a in self._actors if not a.busy]
+        empty = [a for a in idle if a.key is None]
+        if empty:
+            return empty[0]
+        if len(self._actors) < self.n_actors:  # room for one more: started rather than unloading a model
+            self._actors.append(self._start())
+            return self._actors[-1]
         if not idle:
             return None
-        return min(idle, key=lambda a: (a.key is not None, a.key in later, a.used))
+        return min(idle, key=lambda a: (a.key in later, a.used))
 
     def _submit(self, actor: _Actor, job: Job) -> Any:
         if job.key not in self._openers:  # sent to the object store once, not with every job
@@ -214,8 +220,10 @@ class ModelPool:
         return value
 
     def _lose(self, actor: _Actor, job: Job, cause: BaseException, tries: list[int], i: int) -> None:
-        """An actor died under ``job``: forget it (start one when none is left); stop after ``max_retries``."""
+        """An actor died under ``job``: forget it, one actor fewer from now on (its node may be gone; one is started
+        again when none is left); stop after ``max_retries``."""
         self._actors.remove(actor)
+        self.n_actors = max(1, self.n_actors - 1)
         tries[i] += 1
         self.stats.retries += 1
         reason = " ".join(str(cause).split())[:300]
@@ -224,8 +232,6 @@ class ModelPool:
                                f"{self._executor.max_retries}); last: {type(cause).__name__}: {reason}")
         logger.warning("%s: its Ray actor died (%s); served again on another actor (retry %d of %d)", job.key,
                        type(cause).__name__, tries[i], self._executor.max_retries)
-        if not self._actors:
-            self._actors.append(self._start())
 
     def _grow_bar(self, n: int) -> None:
         if self._bar is None:

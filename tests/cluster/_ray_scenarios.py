@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -132,6 +133,10 @@ def main(path: str) -> int:
                 if name == "sweep":
                     results[name] = cli(_sweep_args(spec, str(out / "sweep"), "--executor", "ray", "--ray-address",
                                                     address, "--max-models", "2"))
+                elif name == "resume":  # the sweep run again in a copy of its folder: everything is stored
+                    shutil.copytree(out / "sweep", out / "sweep-again")
+                    results[name] = cli(_sweep_args(spec, str(out / "sweep-again"), "--executor", "ray",
+                                                    "--ray-address", address, "--max-models", "2"))
                 elif name == "build":
                     argv = [*spec["build_args"], "--executor", "ray", "--ray-address", address]
                     sys.argv = ["flasheval", *argv]  # what the manifest records (less the executor's options)

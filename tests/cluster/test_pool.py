@@ -129,6 +129,7 @@ def fake(monkeypatch) -> FakeRay:
 def test_results_come_in_the_jobs_order_and_models_stay_on_their_actors(fake):
     pool = ModelPool(RayExecutor(progress=False), n_models=3)
     assert pool.n_actors == 2  # two CPUs, one per model
+    assert pool.run([]) == [] and fake.started == []  # nothing to compute (a resumed sweep): no actor started
     assert pool.run(_jobs("a", "b", "c")) == ["a:1", "b:1", "c:1"]  # finished in another order
     assert pool.run(_jobs("c", "b", "a", x=2)) == ["c:2", "b:2", "a:2"]
     assert pool.stats.loads == {"a": 2, "b": 2, "c": 1}

@@ -83,7 +83,7 @@ def world(tiny_models, task_dir: Path, tmp_path_factory) -> dict:
     spec = {"models": {k: str(v) for k, v in tiny_models.items()}, "reference": str(local / "refs" / "tiny"),
             "budget": BUDGET, "plan": str(plan), "out": str(remote), "build_args": build_args,
             "ready": str(root / "reference-built"), "watch_args": _watch_args(tiny_models, root, plan),
-            "scenarios": ["build", "refusals", "sweep", "watch", "node_removed"]}
+            "scenarios": ["build", "refusals", "sweep", "resume", "watch", "node_removed"]}
     (root / "spec.json").write_text(json.dumps(spec))
     with open(root / "child.log", "w") as log:
         child = subprocess.Popen(["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$0" -m '
@@ -162,6 +162,18 @@ def test_a_sweep_on_ray_equals_the_sweep_in_process(world):
     _same_sweep(world["local"] / "sweep", world["ray"] / "sweep")
     payload = read_record(world["ray"] / "sweep" / "sweep.json").payload
     assert payload["live"]["max_loaded"] == 2 and payload["n_rounds"] > 1
+
+
+@pytest.mark.slow
+def test_a_sweep_on_ray_run_again_computes_nothing_and_starts_no_actor(world):
+    assert world["results"]["resume"] == 0
+    first = read_record(world["ray"] / "sweep" / "sweep.json").payload
+    again = read_record(world["ray"] / "sweep-again" / "sweep.json").payload
+    assert first["n_computed"] > 0 and again["n_computed"] == 0
+    assert all(c["loads"] == 0 and c["requests_computed"] == 0 for c in again["live"]["checkpoints"].values())
+    drop = {"n_computed", "loads", "requests_computed", "asked", "fingerprint"}  # nothing asked of the models
+    assert _masked(again, drop) == _masked(first, drop)
+    assert _shards(world["ray"] / "sweep-again") == _shards(world["ray"] / "sweep")
 
 
 @pytest.mark.slow
