@@ -5,7 +5,8 @@ held, an object with ``close()``) and what to compute with it (``fn(held, *args)
 returned to the driver). :meth:`ModelPool.run` serves a list of jobs given in priority order, all at once over
 the actors: a job goes to the actor that holds its model; otherwise to an idle actor, which unloads its model
 and opens the job's (an empty actor first, then the one whose model no waiting job needs, least recently used
-first). The results come back in the jobs' order, whatever order they finish in. Actors start with the first jobs
+first). The results come back in the jobs' order, whatever order they finish in; ``on_result`` sees each as it
+finishes (a driver writes it into its store then, so a run killed later keeps it). Actors start with the first jobs
 that need them (a sweep whose every score is stored starts none).
 
 An actor that dies (its process, its node) has its job served again on another actor, at most ``max_retries``
@@ -20,14 +21,16 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flasheval.cluster.executor import GIB, RayExecutor, check_reachable, fitting_slots, largest_node, require_ray
 from flasheval.engine.progress_bar import progress_bar
+from flasheval.engine.store.results import ResultStore
 from flasheval.errors import BackendError, InputError
+from flasheval.types import Result
 
 __all__ = ["Job", "ModelPool", "InTempStore", "Held", "run_each", "Captured", "capture", "answering"]
 
@@ -154,8 +157,12 @@ class ModelPool:
         """Models held by the actors now."""
         return sum(a.key is not None for a in self._actors)
 
-    def run(self, jobs: Sequence[Job]) -> list[Any]:
-        """Every job's value, in the jobs' order (jobs given in priority order; module docstring)."""
+    def run(self, jobs: Sequence[Job], *, on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
+        """Every job's value, in the jobs' order (jobs given in priority order; module docstring).
+
+        ``on_result(i, value)`` is called here as job ``i`` finishes, in the order they finish, before the next
+        one is waited for (an error it raises stops the run, as a job's own error does).
+        """
         self._grow_bar(len(jobs))
         results: list[Any] = [None] * len(jobs)
         waiting, inflight = list(range(len(jobs))), {}
@@ -180,6 +187,8 @@ class ModelPool:
                 continue
             self._done += 1
             self._tick()
+            if on_result is not None:
+                on_result(i, results[i])
         return results
 
     def _actor_for(self, job: Job, later: list[str]) -> _Actor | None:
@@ -281,11 +290,17 @@ class InTempStore:
 
     open: Callable[[Path], Any]
     """Opens the model behind the store in the folder given (returns an object with ``close()``)."""
+    seed: tuple[str, Mapping[str, Result]] | None = None
+    """``(fingerprint, {request key: result})``: what the driver's store holds of the model, put in the folder's
+    store before the model opens, so that only the rest is computed (:meth:`Held.computed` leaves it out)."""
 
     def __call__(self) -> Held:
         folder = Path(tempfile.mkdtemp(prefix="flasheval-actor-store-"))
         try:
-            return Held(self.open(folder), folder)
+            if self.seed is not None:
+                with ResultStore(folder, fingerprint=self.seed[0]) as store:
+                    store.put_many(list(self.seed[1].items()))
+            return Held(self.open(folder), folder, seeded=self.seed)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
@@ -294,10 +309,19 @@ class InTempStore:
 class Held:
     """What :class:`InTempStore` opened, and its store's folder."""
 
-    __slots__ = ("opened", "folder")
+    __slots__ = ("opened", "folder", "_seeded")
 
-    def __init__(self, opened: Any, folder: Path) -> None:
+    def __init__(self, opened: Any, folder: Path, *, seeded: tuple[str, Mapping[str, Result]] | None = None) -> None:
         self.opened, self.folder = opened, folder
+        self._seeded = (seeded[0], frozenset(seeded[1])) if seeded is not None else ("", frozenset())
+
+    def computed(self, fingerprint: str) -> dict[str, Result]:
+        """What the folder's store holds under ``fingerprint`` that it was not seeded with: what the model computed
+        (to be written into the driver's store)."""
+        with ResultStore(self.folder, fingerprint=fingerprint, writer=False) as store:
+            stored = store.results()
+        seeded = self._seeded[1] if self._seeded[0] == fingerprint else frozenset()
+        return {key: result for key, result in stored.items() if key not in seeded}
 
     def close(self) -> None:
         self.opened.close()

@@ -10,6 +10,9 @@ loop (:func:`build_models`) and what is written (:func:`write_build`) are the sa
   (``open`` returns the :class:`~flasheval.reference.scoring.live.OpenedScorer` of
   :class:`~flasheval.reference.scoring.live.ScoringSetup`), so a killed build resumes from the
   last finished batch, and a model every request of which is in the store never loads;
+* on Ray (:func:`build_on_ray`) the same store is read by the driver first and written by it as each
+  model's actor finishes, so a killed build on Ray resumes at the last finished model, and a build in
+  process and one on Ray resume each other;
 * under ``accelerate launch`` every process runs the loop (each model data-parallel through the
   engine's one runner) and gets the same result; only the main process writes;
 * the reference (``scores.parquet`` with per-example ``score`` and ``n_tokens``, and
@@ -33,10 +36,13 @@ import pandas as pd
 
 from flasheval.cluster.executor import RayExecutor, weights_bytes
 from flasheval.cluster.pool import Held, InTempStore, Job, ModelPool
+from flasheval.engine.hf.deferred import DeferredBackend, NotStored
 from flasheval.engine.specs import NamedModel
+from flasheval.engine.store.results import ResultStore
 from flasheval.reference.scoring.live import LiveOptions, ModelOpener, OpenedScorer
 from flasheval.records.run_record import write_record
 from flasheval.reference.writing import write_reference
+from flasheval.types import Result
 
 __all__ = ["BUILD_LOG_FILE", "OnModel", "ScoredModel", "ReferenceText", "BuildSetup", "BuildResult", "build_models",
            "build_on_ray", "write_build", "EXAMPLE_FIELDS"]
@@ -124,78 +130,136 @@ class BuildResult:
     """Per model, requests computed now (the rest came from the store)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Outcome:
+    """One model's scoring, in this process or on an actor."""
+
+    scored: ScoredModel | None
+    """``None``: a request was not in the store, and the weights were to stay unloaded."""
+    fingerprint: str
+    n_parameters: int | None
+    computed: int
+    seconds: float
+
+
+def _score_one(setup: BuildSetup, model: NamedModel, store_dir: Path, *, options: LiveOptions, state: Any = None,
+               store_only: bool = False) -> _Outcome:
+    """``model`` opened behind the results store in ``store_dir``, scored and closed. ``store_only``: its weights
+    never load; ``scored`` is ``None`` when the store lacks a request (:meth:`DeferredBackend.stay_unloaded
+    <flasheval.engine.hf.deferred.DeferredBackend.stay_unloaded>`)."""
+    start = time.perf_counter()
+    logger.info("%s %s (%s, %s)", "reading" if store_only else "loading", model.model_id, model.text, setup.dtype)
+    opened = setup.open(model, store_dir, options=options, state=state)
+    scored: ScoredModel | None = None
+    try:
+        if store_only:
+            if isinstance(opened.backend, DeferredBackend):  # every spec's; anything else is left to an actor
+                opened.backend.stay_unloaded()
+                scored = setup.score_model(opened, where=model.model_id)
+        else:
+            scored = setup.score_model(opened, where=model.model_id)
+    except NotStored:
+        pass
+    finally:
+        opened.close()
+    return _Outcome(scored=scored, fingerprint=opened.fingerprint, n_parameters=opened.n_parameters,
+                    computed=opened.requests_computed if scored is not None else 0,
+                    seconds=time.perf_counter() - start)
+
+
 def build_models(setup: BuildSetup, models: Sequence[NamedModel], *, store_dir: Path, options: LiveOptions,
                  state: Any = None, on_model: OnModel | None = None, executor: RayExecutor | None = None) -> BuildResult:
     """Score every model in turn through the results store in ``store_dir``; free each before the next.
 
     ``state``: the :class:`~flasheval.engine.coordination.distributed.Processes` scoring together, ``None``
     for one process: every process runs this loop and returns the same result. ``on_model`` is called as
-    each model is scored (progress). ``executor``: every model scored at once on Ray actors, one model each,
-    each behind a store of its actor's machine (:func:`build_on_ray`).
+    each model is scored (progress). ``executor``: the models the store does not answer scored at once on Ray
+    actors, one model each, their results written into the same store (:func:`build_on_ray`).
     """
     if not models:
         raise ValueError("no model to score")
     if executor is not None:
-        return build_on_ray(setup, models, options=options, executor=executor, on_model=on_model)
+        return build_on_ray(setup, models, store_dir=store_dir, options=options, executor=executor, on_model=on_model)
+    outcomes: dict[str, _Outcome] = {}
+    for model in models:
+        outcomes[model.model_id] = _score_one(setup, model, store_dir, options=options, state=state)
+        gc.collect()  # the model's weights, before the next model loads
+        _report(outcomes, models, model.model_id, on_model)
+    return _assembled(setup, models, outcomes)
+
+
+def _report(outcomes: Mapping[str, _Outcome], models: Sequence[NamedModel], model_id: str,
+            on_model: OnModel | None) -> None:
+    outcome = outcomes[model_id]
+    assert outcome.scored is not None
+    logger.info("%s: %d examples in %.1f s", model_id, len(outcome.scored.examples), outcome.seconds)
+    if on_model is not None:
+        on_model(model_id, len(outcomes), len(models), outcome.seconds, outcome.computed)
+
+
+def _assembled(setup: BuildSetup, models: Sequence[NamedModel], outcomes: Mapping[str, _Outcome]) -> BuildResult:
+    """The build's result from every model's outcome, in the models' order (wherever each was scored)."""
     rows: list[dict[str, Any]] = []
     examples, seconds, computed, fingerprints = {}, {}, {}, {}
-    scored: ScoredModel | None = None
     for model in models:
-        start = time.perf_counter()
-        logger.info("loading %s (%s, %s)", model.model_id, model.text, setup.dtype)
-        opened = setup.open(model, store_dir, options=options, state=state)
-        try:
-            scored = setup.score_model(opened, where=model.model_id)
-        finally:
-            opened.close()
-        fingerprints[model.model_id] = {"spec": model.text, "fingerprint": opened.fingerprint,
-                                        "n_parameters": opened.n_parameters}
-        computed[model.model_id] = opened.requests_computed
-        del opened  # the model's weights, before the next model loads
-        gc.collect()
-        examples[model.model_id] = scored.examples
-        seconds[model.model_id] = time.perf_counter() - start
+        outcome = outcomes[model.model_id]
+        assert outcome.scored is not None
+        fingerprints[model.model_id] = {"spec": model.text, "fingerprint": outcome.fingerprint,
+                                        "n_parameters": outcome.n_parameters}
+        examples[model.model_id] = outcome.scored.examples
+        seconds[model.model_id], computed[model.model_id] = outcome.seconds, outcome.computed
         rows += [{"model": model.model_id, "dataset": e["task_name"], "example_id": e["example_id"],
-                  "score": e["score"], "n_tokens": e["n_tokens"]} for e in scored.examples]
-        logger.info("%s: %d examples in %.1f s", model.model_id, len(scored.examples), seconds[model.model_id])
-        if on_model is not None:
-            on_model(model.model_id, len(examples), len(models), seconds[model.model_id], computed[model.model_id])
-    assert scored is not None  # models is not empty
-    return BuildResult(settings=setup.settings(scored, fingerprints), frame=pd.DataFrame(rows), examples=examples,
+                  "score": e["score"], "n_tokens": e["n_tokens"]} for e in outcome.scored.examples]
+    last = outcomes[models[-1].model_id].scored
+    assert last is not None
+    return BuildResult(settings=setup.settings(last, fingerprints), frame=pd.DataFrame(rows), examples=examples,
                        seconds=seconds, computed=computed)
 
 
-def _score_in_actor(held: Held, setup: BuildSetup, where: str) -> tuple[ScoredModel, dict[str, Any], int, float]:
-    """In the actor: the opened model scored (:meth:`BuildSetup.score_model`); its fingerprint and size, the
-    requests it computed, the seconds it took."""
+def _score_in_actor(held: Held, setup: BuildSetup, where: str) -> tuple[_Outcome, dict[str, Result]]:
+    """In the actor: the opened model scored (:meth:`BuildSetup.score_model`) and what it computed into its store
+    (the results the driver's store held left out)."""
     start = time.perf_counter()
     opened = held.opened
     scored = setup.score_model(opened, where=where)
-    return (scored, {"fingerprint": opened.fingerprint, "n_parameters": opened.n_parameters},
-            opened.requests_computed, time.perf_counter() - start)
+    outcome = _Outcome(scored=scored, fingerprint=opened.fingerprint, n_parameters=opened.n_parameters,
+                       computed=opened.requests_computed, seconds=time.perf_counter() - start)
+    return outcome, held.computed(opened.fingerprint)
 
 
-def build_on_ray(setup: BuildSetup, models: Sequence[NamedModel], *, options: LiveOptions, executor: RayExecutor,
-                 on_model: OnModel | None = None) -> BuildResult:
-    """:func:`build_models` on Ray: every model scored at once, one per actor (as many as ``executor`` allows),
-    the results gathered here in the models' order: the same result as a build in this process (its seconds
-    aside). Each actor's results store is a temporary folder of its machine: a killed build scores again."""
-    jobs = [Job(key=m.model_id, opener=InTempStore(partial(setup.open, m, options=options)), fn=_score_in_actor,
-                args=(setup, m.model_id)) for m in models]
-    with ModelPool(executor, n_models=len(models), what="build on Ray",
-                   memory_bytes=max(weights_bytes(m.spec.target) for m in models)) as pool:
-        values = pool.run(jobs)
-    rows: list[dict[str, Any]] = []
-    examples, seconds, computed, fingerprints = {}, {}, {}, {}
-    for done, (model, (scored, seen, computed_now, took)) in enumerate(zip(models, values), start=1):
-        fingerprints[model.model_id] = {"spec": model.text, **seen}
-        examples[model.model_id], seconds[model.model_id], computed[model.model_id] = scored.examples, took, computed_now
-        rows += [{"model": model.model_id, "dataset": e["task_name"], "example_id": e["example_id"],
-                  "score": e["score"], "n_tokens": e["n_tokens"]} for e in scored.examples]
-        if on_model is not None:
-            on_model(model.model_id, done, len(models), took, computed_now)
-    return BuildResult(settings=setup.settings(values[-1][0], fingerprints), frame=pd.DataFrame(rows),
-                       examples=examples, seconds=seconds, computed=computed)
+def build_on_ray(setup: BuildSetup, models: Sequence[NamedModel], *, store_dir: Path, options: LiveOptions,
+                 executor: RayExecutor, on_model: OnModel | None = None) -> BuildResult:
+    """:func:`build_models` on Ray, with the results store in ``store_dir`` (the one a build in this process uses):
+    each model is first served from it here, its weights never loaded; the models it does not answer entirely are
+    scored at once, one per actor (as many as ``executor`` allows), each sent what the store holds of it so that
+    only the rest is computed, and each model's computed results are written into the store here as its actor
+    finishes. A build killed and run again scores only the models that had not finished; one whose store holds
+    everything starts no actor. The result is the one a build in this process gives (its seconds aside)."""
+    outcomes: dict[str, _Outcome] = {}
+    seeds: dict[str, tuple[str, dict[str, Result]]] = {}
+    for model in models:
+        outcome = _score_one(setup, model, store_dir, options=options, store_only=True)
+        if outcome.scored is not None:
+            outcomes[model.model_id] = outcome
+            _report(outcomes, models, model.model_id, on_model)
+        else:
+            with ResultStore(store_dir, fingerprint=outcome.fingerprint, writer=False) as stored:
+                seeds[model.model_id] = (outcome.fingerprint, stored.results())
+    todo = [m for m in models if m.model_id not in outcomes]
+    if todo:
+        def finished(i: int, value: tuple[_Outcome, dict[str, Result]]) -> None:
+            outcome, results = value
+            with ResultStore(store_dir, fingerprint=outcome.fingerprint) as store:  # the one writer
+                store.put_many(list(results.items()))
+            outcomes[todo[i].model_id] = outcome
+            _report(outcomes, models, todo[i].model_id, on_model)
+
+        jobs = [Job(key=m.model_id, opener=InTempStore(partial(setup.open, m, options=options), seed=seeds[m.model_id]),
+                    fn=_score_in_actor, args=(setup, m.model_id)) for m in todo]
+        with ModelPool(executor, n_models=len(todo), what="build on Ray",
+                       memory_bytes=max(weights_bytes(m.spec.target) for m in todo)) as pool:
+            pool.run(jobs, on_result=finished)
+    return _assembled(setup, models, outcomes)
 
 
 def write_build(out: Path, result: BuildResult, setup: BuildSetup, *, name: str, work_dir: Path,

@@ -70,6 +70,66 @@ def _node_removed_sweep(spec: dict, out: str, cluster, worker, address: str) -> 
     return {"removed": bool(removed), "retried": retried}
 
 
+KILLED_DRIVER = """
+import os, signal, sys
+import flasheval
+from flasheval.api.options import EngineOptions
+from flasheval.cluster.executor import RayExecutor
+
+address, m0, m1, task_dir = sys.argv[1:]
+
+
+def killed(event):  # the driver killed (kill -9) as the first model is scored: its results are in the store
+    if event.step == "model":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+flasheval.build_reference([f"m0=hf:{m0}", f"m1=hf:{m1}"], name="tiny", suite="dclm-core", task_dir=task_dir,
+                          tasks="copa,winograd", n_examples=12, seed=7, engine=EngineOptions(device="cpu"),
+                          output="refs", work_dir="work", progress=killed,
+                          executor=RayExecutor(address=address, max_models=1, progress=False))
+"""
+
+
+def _killed_build(spec: dict, out: Path, address: str) -> dict:
+    """A Ray build whose driver is killed (``kill -9``) once its first model is scored (one actor: the second has not
+    started), then the same command as the local build run again in its folder, then once more: what each computed,
+    the actors each started."""
+    import subprocess
+
+    from flasheval.cli import main as cli
+    from flasheval.cluster.pool import ModelPool
+    from flasheval.records.run_record import read_record
+
+    folder = out / "killed"
+    (folder / "rerun").mkdir(parents=True)
+    args = spec["build_args"]
+    began = time.perf_counter()
+    killed = subprocess.run([sys.executable, "-c", KILLED_DRIVER, address, spec["models"]["m0"], spec["models"]["m1"],
+                             args[args.index("--task-dir") + 1]], cwd=folder, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    killed_seconds = time.perf_counter() - began
+    shards = sum(p.stat().st_size > 0 for p in (folder / "work" / "store" / "shards").glob("*.jsonl"))
+    started = []
+    start = ModelPool._start
+    ModelPool._start = lambda self: started.append(1) or start(self)  # counts the actors started
+    argv = [*args, "--executor", "ray", "--ray-address", address]
+    sys.argv = ["flasheval", *argv]  # what the manifest records (less the executor's options)
+    os.chdir(folder)
+    try:
+        rerun = cli(argv)
+        actors, rerun_seconds = len(started), time.perf_counter() - began - killed_seconds
+        shutil.move(folder / "refs", folder / "rerun" / "refs")  # the same command again: nothing left to compute
+        shutil.move(folder / "work" / "build.json", folder / "rerun" / "build.json")
+        again = cli(argv)
+    finally:
+        ModelPool._start = start
+    return {"killed": killed.returncode, "killed_stderr": killed.stderr[-2000:], "shards_after_kill": shards,
+            "rerun": rerun, "rerun_actors": actors, "again": again,
+            "again_computed": read_record(folder / "work" / "build.json").payload["computed_requests"],
+            "again_actors": len(started) - actors, "killed_seconds": killed_seconds, "rerun_seconds": rerun_seconds}
+
+
 def _refusal(run) -> str:
     """The one line a CLI call prints on stderr (or an API call raises) when it refuses."""
     import contextlib
@@ -126,7 +186,7 @@ def main(path: str) -> int:
 
         address = cluster.address
         for name in spec["scenarios"]:
-            while name != "build" and not Path(spec["ready"]).exists():  # the parent's build of the reference
+            while name not in ("build", "killed_build") and not Path(spec["ready"]).exists():  # the parent's build of the reference
                 time.sleep(0.2)
             began = time.perf_counter()
             try:
@@ -142,6 +202,8 @@ def main(path: str) -> int:
                     sys.argv = ["flasheval", *argv]  # what the manifest records (less the executor's options)
                     os.chdir(out)  # the build's relative --output-root and --work-dir, as the local build's
                     results[name] = cli(argv)
+                elif name == "killed_build":
+                    results[name] = _killed_build(spec, out, address)
                 elif name == "watch":
                     results[name] = cli([*spec["watch_args"], "--run", str(out / "run"), "--executor", "ray",
                                          "--ray-address", address])

@@ -139,6 +139,28 @@ def test_results_come_in_the_jobs_order_and_models_stay_on_their_actors(fake):
     pool.close()
 
 
+def test_each_result_is_handed_over_as_its_job_finishes(fake):
+    """``on_result`` sees each job as it finishes (here the last submitted first), before the next is run; an error it
+    raises stops the run there: what finished before is handed over, nothing runs after."""
+    pool = ModelPool(RayExecutor(progress=False), n_models=3)
+    seen = []
+    assert pool.run(_jobs("a", "b", "c"), on_result=lambda i, v: seen.append((i, v, len(fake.ran)))) == \
+        ["a:1", "b:1", "c:1"]  # still in the jobs' order
+    assert seen == [(1, "b:1", 1), (2, "c:1", 2), (0, "a:1", 3)]
+    pool.close()
+    fake.ran.clear()
+    pool, seen = ModelPool(RayExecutor(progress=False), n_models=3), []
+
+    def killed(i, value):
+        seen.append((i, value))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pool.run(_jobs("a", "b", "c"), on_result=killed)
+    assert seen == [(1, "b:1")] and [key for _, key in fake.ran] == ["b"]  # a in flight, never taken; c never sent
+    pool.close()
+
+
 def test_a_free_actor_opens_the_next_model_in_priority_order(fake):
     fake.cpus = 1.0  # one actor: the jobs in their order, each unloading the one before
     pool = ModelPool(RayExecutor(progress=False), n_models=3)

@@ -6,7 +6,8 @@ loopback (``unshare --net``, ``ip link set lo up``: the nodes then report 127.0.
 two-node ``ray.cluster_utils.Cluster`` for every scenario (:mod:`tests.cluster._ray_scenarios`); the tests here
 run the same commands in this process and compare: the sweep record (timings and the executor's loads aside) and
 every checkpoint's store shard byte for byte, with the second node removed after the first round too; the built
-reference's files byte for byte and its build log (seconds and the folder's path aside); the watcher's run folder.
+reference's files byte for byte and its build log (seconds and the folder's path aside), also of a Ray build whose
+driver was killed after its first model and run again (only the other model computed); the watcher's run folder.
 Without ``ray``, or where the namespace cannot be made, they skip with the reason.
 """
 
@@ -83,7 +84,7 @@ def world(tiny_models, task_dir: Path, tmp_path_factory) -> dict:
     spec = {"models": {k: str(v) for k, v in tiny_models.items()}, "reference": str(local / "refs" / "tiny"),
             "budget": BUDGET, "plan": str(plan), "out": str(remote), "build_args": build_args,
             "ready": str(root / "reference-built"), "watch_args": _watch_args(tiny_models, root, plan),
-            "scenarios": ["build", "refusals", "sweep", "resume", "watch", "node_removed"]}
+            "scenarios": ["build", "killed_build", "refusals", "sweep", "resume", "watch", "node_removed"]}
     (root / "spec.json").write_text(json.dumps(spec))
     with open(root / "child.log", "w") as log:
         child = subprocess.Popen(["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$0" -m '
@@ -196,6 +197,27 @@ def test_a_reference_built_on_ray_equals_the_build_in_process(world):
     mine = read_record(world["local"] / "work" / "build.json").payload
     theirs = read_record(world["ray"] / "work" / "build.json").payload
     assert _masked(theirs) == _masked(mine)
+
+
+@pytest.mark.slow
+def test_a_ray_build_killed_after_its_first_model_scores_only_the_other_when_run_again(world):
+    """The driver killed (``kill -9``) as its first model is scored: that model's results are in the work folder's
+    store, and the build run again computes only the other's (one actor started), then, run once more, nothing (no
+    actor); the files equal the build in this process each time."""
+    outcome, mine = world["results"]["killed_build"], read_record(world["local"] / "work" / "build.json").payload
+    assert outcome["killed"] == -9 and outcome["shards_after_kill"] == 1, outcome["killed_stderr"]
+    assert outcome["rerun"] == outcome["again"] == 0
+    assert outcome["rerun_actors"] == 1 and outcome["again_actors"] == 0
+    assert outcome["again_computed"] == {"m0": 0, "m1": 0} and mine["computed_requests"]["m1"] > 0
+    folder, local = world["ray"] / "killed", world["local"] / "refs" / "tiny"
+    rerun = read_record(folder / "rerun" / "build.json").payload
+    assert rerun["computed_requests"] == {"m0": 0, "m1": mine["computed_requests"]["m1"]}
+    for built, log in ((folder / "rerun" / "refs" / "tiny", rerun),
+                       (folder / "refs" / "tiny", read_record(folder / "work" / "build.json").payload)):
+        assert sorted(p.name for p in built.iterdir()) == sorted(p.name for p in local.iterdir())
+        for path in local.iterdir():
+            assert (built / path.name).read_bytes() == path.read_bytes(), path.name
+        assert _masked(log, {"computed_requests"}) == _masked(mine, {"computed_requests"})
 
 
 @pytest.mark.slow

@@ -173,3 +173,26 @@ def test_no_module_reads_a_backends_private_parts():
     for path in sorted(PACKAGE.rglob("*.py")):
         found += private_backend_reads(path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent)))
     assert found == []
+
+
+def test_a_deferred_backend_told_to_stay_unloaded_serves_the_store_and_refuses_the_rest(tiny_folder, tmp_path):
+    """How a Ray build's driver learns, without loading, whether its store answers a model entirely."""
+    from flasheval.engine.hf.deferred import NotStored
+
+    (model,) = parse_named_models([f"m=hf:{tiny_folder}"])
+    first = open_model(model, dtype="float32", device="cpu")
+    cached, store = behind_store(first, tmp_path)
+    try:
+        computed = cached.loglikelihood(REQUESTS[:1])
+    finally:
+        store.close()
+    again = open_model(model, dtype="float32", device="cpu")
+    again.stay_unloaded()
+    cached, store = behind_store(again, tmp_path)
+    try:
+        assert cached.loglikelihood(REQUESTS[:1]) == computed  # what the store holds is served
+        with pytest.raises(NotStored, match="a request is not in the results store"):
+            cached.loglikelihood(REQUESTS)
+    finally:
+        store.close()
+    assert not again.info.is_loaded and len(store) == 1

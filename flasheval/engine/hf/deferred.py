@@ -5,7 +5,8 @@ model's files and config (:func:`~flasheval.engine.hf.loading.plan_hf_load`), so
 request is in the store never loads the weights: :class:`DeferredBackend` answers ``fingerprint``,
 ``tokenizer`` and its :class:`~flasheval.engine.base.BackendInfo` (prefix space, parameters, dtype, device)
 from the plan and tokenizer, and loads the weights (:func:`~flasheval.engine.hf.loading.load_planned`)
-the first time a request has to be computed. Only the contract's methods are offered: nothing of the
+the first time a request has to be computed (or, told to :meth:`~DeferredBackend.stay_unloaded`, raises
+:class:`NotStored`: a driver that has what its store lacks computed elsewhere). Only the contract's methods are offered: nothing of the
 loaded backend is forwarded by name (its private parts stay its own).
 """
 
@@ -31,9 +32,13 @@ from flasheval.types import (
     RollingLoglikelihoodResult,
 )
 
-__all__ = ["DeferredBackend"]
+__all__ = ["DeferredBackend", "NotStored"]
 
 logger = logging.getLogger(__name__)
+
+
+class NotStored(Exception):
+    """A request had to be computed by a :class:`DeferredBackend` told to :meth:`~DeferredBackend.stay_unloaded`."""
 
 
 class DeferredBackend:
@@ -64,6 +69,13 @@ class DeferredBackend:
         self._prefix_space: bool | None = None  # asked of the tokenizer on first use
         self._load_seconds = 0.0
         self._on_load: list[OnLoad] = []
+        self._stay_unloaded = False
+
+    def stay_unloaded(self) -> None:
+        """From now on a request the store cannot answer raises :class:`NotStored` instead of loading the weights
+        (what the store holds is still served): how a driver learns, without loading, whether its store answers
+        a model entirely (:func:`~flasheval.reference.building.build_on_ray`)."""
+        self._stay_unloaded = True
 
     @property
     def fingerprint(self) -> str:
@@ -105,6 +117,8 @@ class DeferredBackend:
     def backend(self) -> HFBackend:
         """The loaded backend (the weights load now, the first time)."""
         if self._backend is None:
+            if self._stay_unloaded:
+                raise NotStored(f"{self._plan.source}: a request is not in the results store")
             from flasheval.engine.hf.loading import load_planned
 
             start = time.perf_counter()
