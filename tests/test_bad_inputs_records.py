@@ -288,7 +288,7 @@ def test_a_sweep_skips_a_null_score_with_a_valid_checksum_and_gives_the_same_res
                                                                        for c in first.result.checkpoints]
 
 
-# --- run folder kinds: a run, a sweep and a place output never share one folder --------------------------------------
+# --- run folder kinds: a run folder shares with no sweep or place output -----------------------------------------------
 
 def test_a_run_a_sweep_and_a_placement_output_never_share_a_folder(run_dir, small_ref, tmp_path, capsys):
     _sweep(small_ref, tmp_path / "sweep")
@@ -300,7 +300,6 @@ def test_a_run_a_sweep_and_a_placement_output_never_share_a_folder(run_dir, smal
             (["place", "--run", tmp_path / "placed", "--step", "1", "--reference", "helm_lite"], "placed",
              "field 'run': is a placement's output folder (place --output): it holds place.json"),
             (["place", "--output", run_dir], None, "field '--output': is a training run's folder"),
-            (["place", "--output", tmp_path / "sweep"], "sweep", "field '--output': is a sweep's folder"),
             (["sweep", "--models", "replay:m2", "replay:m3", "--reference", small_ref, "--tiers", "flash_helm",
               "--budget-examples", "100", "--output", run_dir], None, "field '--output': is a training run's folder"),
             (["watch", tmp_path, "--run", tmp_path / "sweep", "--once", "--reference", "helm_lite"], "sweep",

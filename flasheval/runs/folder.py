@@ -117,9 +117,11 @@ _KIND_FILES = (("run", RUN_FILE, "a training run's folder (place --run, watch)")
 def check_folder_kind(folder: str | os.PathLike[str], *, kind: str, field: str) -> None:
     """Refuse, in one line naming the file that says so, a ``kind`` folder (``run``, ``place`` or ``sweep``) given
     where a folder of another kind already is: the two records would share it and ``flasheval report`` would
-    show one of them only. Nothing is read but the names of the files at its top."""
+    show one of them only. A sweep and a place output may share one (``report`` renders every record at the
+    folder's top); a run folder, read through ``run.json`` alone, shares with neither. Nothing is read but the
+    names of the files at its top."""
     for other, name, what in _KIND_FILES:
-        if other != kind and (Path(folder) / name).is_file():
+        if other != kind and {other, kind} != {"place", "sweep"} and (Path(folder) / name).is_file():
             raise InputError(f"is {what}: it holds {name}; give a folder of its own", path=folder, field=field)
 
 
