@@ -5,7 +5,8 @@ No cluster: :class:`FakeRay` gives :class:`~flasheval.cluster.pool.ModelPool` th
 submitted first), and kills the actors the test names. What is checked: every result in the jobs' order whatever
 the completion order; a job on the actor that holds its model, a free actor unloading for the next model in
 priority order; a dead actor's job served again elsewhere, the run stopped in one line after ``max_retries``;
-a job's own error raised as it is; no more actors than the cluster fits.
+a job's own error raised as it is; no more actors than the cluster fits; each result handed over as its job
+finishes; an actor's temporary store seeded with the driver's results, handing back only what it computed.
 """
 
 from __future__ import annotations
@@ -201,3 +202,32 @@ def test_one_progress_bar_counts_the_jobs_of_every_run_and_the_models_loaded(fak
     pool.close()
     err = capsys.readouterr().err
     assert "sweep on Ray: 100%" in err and "4/4" in err and "2 models loaded on 2 actors" in err
+
+
+def test_an_actors_store_starts_with_the_drivers_results_and_hands_back_only_what_it_computed():
+    """What a Ray build's actor gets of the driver's store (its model's shard) is in its temporary store before the
+    model opens; what comes back is what the model added, under its own fingerprint only."""
+    from flasheval.cluster.pool import InTempStore
+    from flasheval.engine.store.results import ResultStore
+    from flasheval.types import LoglikelihoodResult
+
+    def result(i: int) -> LoglikelihoodResult:
+        return LoglikelihoodResult(task_name="t", example_id=str(i), choice_index=0, logprob_sum=-1.5 * i, n_tokens=i,
+                                   is_greedy=False)
+
+    seen = {}
+
+    def open_(folder):
+        store = ResultStore(folder, fingerprint="fp")
+        seen.update(store.results())  # the seed, before anything is computed
+        store.put_many([("k1", result(1)), ("k2", result(2))])  # k1 stored already: not written again
+        other = ResultStore(folder, fingerprint="fp-gpu")  # a fingerprint the driver did not seed
+        other.put_many([("k1", result(3))])
+        other.close()
+        return store
+
+    held = InTempStore(open_, seed=("fp", {"k1": result(4)}))()
+    assert seen == {"k1": result(4)}
+    assert held.computed("fp") == {"k2": result(2)} and held.computed("fp-gpu") == {"k1": result(3)}
+    held.close()
+    assert not held.folder.exists()
