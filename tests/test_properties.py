@@ -127,6 +127,9 @@ ENTRIES = {
     "lm_eval": (lambda r, kw: flasheval.lm_eval(**{"model": f"hf:{r}/no-model", "tasks": "piqa", **kw}),
                 ("model", "tasks", "limit", "num_fewshot", "fewshot_seed", "output", "store")),
     "render_report": (lambda r, kw: flasheval.render_report(**{"path": r / "nothing-here", **kw}), ("path",)),
+    "export": (lambda r, kw: flasheval.export(**{"source": r / "nothing-here", "format": "every-eval-ever",
+                                                  "output": r / "eee", **kw}),
+               ("source", "format", "output", "reference", "organization")),
     "fit_scaling": (lambda r, kw: flasheval.fit_scaling(r / "runs.csv", **{
         "predict": "r7", "fit_max_compute": 1e20, "n_resamples": 20, "error": False, **kw}),
                     ("predict", "fit_max_compute", "error_fit_max_compute", "loss_column", "error_column", "dataset",
