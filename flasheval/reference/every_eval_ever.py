@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from flasheval.errors import InputError
+from flasheval.reference.json_lines import json_lines
 from flasheval.reference.matrices import UNIT_METRICS, Batch, Layout, MatrixBuilder, ScoreMatrices
 
 __all__ = ["EEE_SCHEMA_VERSION", "EveryEvalEver", "scan_every_eval_ever"]
@@ -163,19 +164,8 @@ def _read_log(path: Path, metric: str | None) -> _Log:
 
 def _first_evaluation_id(path: Path) -> str | None:
     """The ``evaluation_id`` of an instance file's first record (``None`` for an empty file)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, start=1):
-                if line.strip():
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise InputError(f"not valid JSON ({exc.msg})", path=path, line=n) from None
-                    return _get(record, "evaluation_id", str, path, line=n)
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror or exc})", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start + 1})", path=path) from None
+    for n, record in json_lines(path):
+        return _get(record, "evaluation_id", str, path, line=n)
     return None
 
 
@@ -239,28 +229,15 @@ def _read_rows(log: _Log) -> dict[str, _Rows]:
     """Per dataset, the instance lines of one log's files (one file's lines in memory at a time over the call)."""
     out: dict[str, _Rows] = {}
     for path in log.files:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                for n, line in enumerate(fh, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        cut = "; the file looks cut short" if not line.endswith("\n") else ""
-                        raise InputError(f"not valid JSON ({exc.msg}){cut}", path=path, line=n) from None
-                    res, sample, score, tokens = _instance(record, log, path, n)
-                    if res is None:
-                        continue
-                    rows = out.setdefault(res.dataset, _Rows(path=path))
-                    rows.ids.append(sample)
-                    rows.scores.append(score)
-                    rows.tokens.append(tokens)
-                    rows.lines.append(n)
-        except OSError as exc:
-            raise InputError(f"cannot read ({exc.strerror or exc})", path=path) from None
-        except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8 text (byte {exc.start + 1})", path=path) from None
+        for n, record in json_lines(path):
+            res, sample, score, tokens = _instance(record, log, path, n)
+            if res is None:
+                continue
+            rows = out.setdefault(res.dataset, _Rows(path=path))
+            rows.ids.append(sample)
+            rows.scores.append(score)
+            rows.tokens.append(tokens)
+            rows.lines.append(n)
     return out
 
 

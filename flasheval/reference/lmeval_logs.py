@@ -31,6 +31,7 @@ import numpy as np
 from flasheval.errors import InputError
 from flasheval.lmeval.settings import (DEFAULT_METRICS, PROMPT_HASH_CHARS, LmEvalSettings, check_results,
                                        settings_from_results)
+from flasheval.reference.json_lines import json_lines
 from flasheval.reference.matrices import UNIT_METRICS, Batch, Layout, MatrixBuilder, ScoreMatrices
 
 __all__ = ["LmEvalLogs", "scan_lm_eval_samples"]
@@ -146,39 +147,26 @@ def _read_log(path: Path, model: str, task: str, metric: str | None) -> _Log:
     """Read one samples file line by line, refusing a bad line in one line naming the file and line."""
     log = _Log(path=path, model=model, task=task)
     seen: dict[str, tuple[int, Any]] = {}
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for line_no, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    cut = "; the file looks cut short" if not line.endswith("\n") else ""
-                    raise InputError(f"not valid JSON ({exc.msg}){cut}", path=path, line=line_no) from None
-                if not isinstance(record, dict):
-                    raise InputError("a sample must be a JSON object", path=path, line=line_no)
-                if "doc_id" not in record:
-                    raise InputError("missing key", path=path, line=line_no, field="doc_id")
-                doc = str(record["doc_id"])
-                if doc in seen:
-                    first, first_filter = seen[doc]
-                    why = (f"; lm-eval logged it once per filter ({first_filter!r}, {record['filter']!r}): keep one "
-                           "filter's lines" if record.get("filter", first_filter) != first_filter else "")
-                    raise InputError(f"doc_id {doc} again (first on line {first}){why}", path=path, line=line_no,
-                                     field="doc_id")
-                seen[doc] = (line_no, record.get("filter"))
-                name, score = _metric(record, metric, path, line_no)
-                log.doc_ids.append(doc)
-                log.scores.append(score)
-                log.metrics.append(name)
-                log.lines.append(line_no)
-                if "prompt_hash" in record:
-                    log.hashes[doc] = str(record["prompt_hash"])[:PROMPT_HASH_CHARS]
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror or exc})", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start + 1})", path=path) from None
+    for line_no, record in json_lines(path):
+        if not isinstance(record, dict):
+            raise InputError("a sample must be a JSON object", path=path, line=line_no)
+        if "doc_id" not in record:
+            raise InputError("missing key", path=path, line=line_no, field="doc_id")
+        doc = str(record["doc_id"])
+        if doc in seen:
+            first, first_filter = seen[doc]
+            why = (f"; lm-eval logged it once per filter ({first_filter!r}, {record['filter']!r}): keep one "
+                   "filter's lines" if record.get("filter", first_filter) != first_filter else "")
+            raise InputError(f"doc_id {doc} again (first on line {first}){why}", path=path, line=line_no,
+                             field="doc_id")
+        seen[doc] = (line_no, record.get("filter"))
+        name, score = _metric(record, metric, path, line_no)
+        log.doc_ids.append(doc)
+        log.scores.append(score)
+        log.metrics.append(name)
+        log.lines.append(line_no)
+        if "prompt_hash" in record:
+            log.hashes[doc] = str(record["prompt_hash"])[:PROMPT_HASH_CHARS]
     return log
 
 
