@@ -25,7 +25,7 @@ __all__ = ["RayExecutor", "EXECUTORS", "INSTALL_HINT", "resolve_executor", "requ
 EXECUTORS = ("in-process", "ray")
 """The executors ``executor=`` names (``--executor``)."""
 
-INSTALL_HINT = 'pip install -e ".[ray]"  (or: pip install "ray>=2.9")'
+INSTALL_HINT = 'pip install -e ".[ray]"  (or: pip install "ray>=2.60")'
 
 GIB = 2**30
 
