@@ -38,24 +38,14 @@ from flasheval.cluster.executor import RayExecutor  # noqa: E402
 from flasheval.placement.results import Budget  # noqa: E402
 from flasheval.records.run_record import read_record  # noqa: E402
 
+from benchmarks.seconds_saved import byte_tokenizer  # noqa: E402  (the byte-level tokenizer, built in code)
+
 MODES = ("in-process", "ray-1", "ray-2")
 TIMINGS = {"load_seconds", "seconds", "loads", "max_loaded"}
 PLAN = ("name: escalating\nstop_rule: interval\nconfidence_level: 0.95\ncorrection: none\nestimator: control-variate\n"
         "n_resamples: 200\nstages: [{}, {}, {}, all]\ntiers:\n  - {{ranks: [1, 1], resolution: maximal}}\n"
         "  - {{ranks: [2, null], resolution: maximal}}\n")
 """Four looks per checkpoint (a quarter of the examples per task, a half, three quarters, all): several rounds."""
-
-
-def _byte_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    vocab["<s>"], vocab["</s>"] = 256, 257
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    core.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>")
 
 
 def _save_llama(folder: Path, seed: int, *, hidden: int, layers: int) -> str:
@@ -67,7 +57,7 @@ def _save_llama(folder: Path, seed: int, *, hidden: int, layers: int) -> str:
                          bos_token_id=256, eos_token_id=257)
     torch.manual_seed(seed)  # the script's own models
     LlamaForCausalLM(config).save_pretrained(folder)
-    _byte_tokenizer().save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
     return f"hf:{folder}"
 
 

@@ -117,9 +117,7 @@ def prepare_output(folder: str | os.PathLike[str], *, record: str | None = None,
         check_replace(out / record, kind=kind, model_id=model_id, force=force, field=field, settings=settings)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=out, prefix=".flasheval-write-check-")
-        os.close(fd)
-        os.unlink(probe)
+        _probe_write(out)
     except OSError as exc:
         raise InputError(f"cannot write the output here ({exc.strerror or exc}); choose another folder",
                          path=out, field=field) from None
@@ -146,13 +144,18 @@ def check_creatable(folder: str | os.PathLike[str], *, field: str = "--output") 
         raise InputError(f"{'is' if blocker == out else f'{blocker} is'} a file, not a folder; choose another "
                          "folder", path=out, field=field)
     try:
-        fd, probe = tempfile.mkstemp(dir=existing, prefix=".flasheval-write-check-")
-        os.close(fd)
-        os.unlink(probe)
+        _probe_write(existing)
     except OSError as exc:
         raise InputError(f"cannot write the output here ({exc.strerror or exc} in {existing}); choose another folder",
                          path=out, field=field) from None
     return out
+
+
+def _probe_write(folder: Path) -> None:
+    """Create a file in ``folder`` and remove it at once (an ``OSError`` says this process cannot write there)."""
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=".flasheval-write-check-")
+    os.close(fd)
+    os.unlink(probe)
 
 
 def note_replacing(path: Path) -> None:
