@@ -22,6 +22,7 @@ __all__ = [
     "group_unit",
     "group_passes",
     "padded_width",
+    "segment_columns",
     "encode_context",
     "encode_continuation",
     "prefix_space",
@@ -44,6 +45,10 @@ class Item:
     """Context token ids (never empty)."""
     continuation: tuple[int, ...]
     """Token ids whose log-likelihood is summed (never empty, never truncated)."""
+    slot: int = 0
+    """The request's choice index (0 for token pairs and rolling windows): which part of a pad-width block the
+    packed pass places this item's segment in (:func:`segment_columns`). A property of the request itself, never
+    of its companions, so where its tokens fall modulo the pad width does not depend on them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,7 +120,8 @@ def request_items(
                 f"continuation of {request.task_name}/{request.example_id} has {len(continuation)} tokens; "
                 f"the model takes at most {max_length} (continuations are never truncated)"
             )
-        items.append(Item(index=index, context=contexts[request.context], continuation=continuation))
+        items.append(Item(index=index, context=contexts[request.context], continuation=continuation,
+                          slot=request.choice_index))
     return items
 
 
@@ -156,7 +162,8 @@ def group_items(items: Sequence[Item], *, max_length: int, share_context: bool) 
         budget = max_length - max(len(m.continuation) for m in members)
         context = members[0].context[-budget:]
         groups.append(Group(
-            context=context, items=tuple(Item(index=m.index, context=context, continuation=m.continuation) for m in members)
+            context=context, items=tuple(Item(index=m.index, context=context, continuation=m.continuation, slot=m.slot)
+                                          for m in members)
         ))
     groups.sort(key=lambda g: (-g.length, g.items[0].index))
     return groups
@@ -175,18 +182,18 @@ def group_unit(group: Group, packed: int | None = None) -> tuple[int, int]:
     >>> g = Group(context=(1, 2, 3), items=tuple(Item(index=i, context=(1, 2, 3), continuation=(5,) * 20)
     ...                                         for i in range(4)))
     >>> group_unit(g), group_unit(g, packed=16)
-    ((4, 23), (1, 128))
+    ((4, 23), (1, 115))
     """
     if packed is None:
         return group.rows, group.length
-    return 1, max(len(group.context), sum(padded_width(len(item.continuation) - 1, packed) for item in group.items))
+    return 1, max(len(group.context), segment_columns(group.items, packed)[1])
 
 
 def group_passes(group: Group, *, pad_multiple: int, packed: bool) -> list[tuple[int, int]]:
     """``(rows, padded width)`` of ``group`` in each of the two forward passes that score it.
 
     Packed (:func:`~flasheval.engine.hf.packed.forward_packed`): the whole context in one row, then one row of
-    its choices' segments (each ``len - 1`` tokens rounded up), none when every choice is one token. Shared
+    its choices' segments (:func:`segment_columns`, rounded up), none when every choice is one token. Shared
     (:func:`~flasheval.engine.hf.forward.forward_shared`): the context less its last token in one row (none when
     that is empty), then one row per choice of ``1 + len`` tokens.
 
@@ -198,7 +205,7 @@ def group_passes(group: Group, *, pad_multiple: int, packed: bool) -> list[tuple
     ([(1, 16), (1, 16)], [(1, 16), (2, 16)])
     """
     if packed:
-        width = sum(padded_width(len(item.continuation) - 1, pad_multiple) for item in group.items)
+        width = padded_width(segment_columns(group.items, pad_multiple)[1], pad_multiple)
         return [(1, padded_width(len(group.context), pad_multiple)), (1 if width else 0, width)]
     prefix = len(group.context) - 1
     return [(1 if prefix else 0, padded_width(prefix, pad_multiple)),
@@ -220,6 +227,45 @@ def padded_width(n_tokens: int, multiple: int) -> int:
     (32, 32, 0, 5)
     """
     return -(-n_tokens // multiple) * multiple
+
+
+def segment_columns(items: Sequence[Item], multiple: int) -> tuple[list[int | None], int]:
+    """Where the packed pass puts each item's segment (its ``len(continuation) - 1`` inputs) in the group's row:
+    ``(first column of each item, None for one-token items; the row's width)``.
+
+    Each segment starts at a column whose remainder modulo ``multiple`` is fixed by the item alone (its
+    :attr:`Item.slot` and length). A segment of ``n`` tokens, ``n`` rounded up to a power of two ``s``: when ``s <
+    multiple``, remainder ``slot * s`` modulo ``multiple``, so the short segments of one question's choices share a
+    block instead of taking one each; else remainder 0 for an even slot, and for an odd slot the one that makes the
+    segment end on a block edge, so an even choice and the odd one after it share the block between them. Segments
+    are placed in slot order, each at the first column of its remainder where it overlaps none placed before;
+    companions move a segment by whole blocks only, so its tokens keep their offsets modulo ``multiple`` (the CPU
+    attention kernel's lanes: see :func:`padded_width`) and its sums do not depend on them.
+
+    Examples
+    --------
+    >>> short = [Item(index=i, context=(1,), continuation=(5, 6, 7), slot=i) for i in range(4)]
+    >>> segment_columns(short, 16)  # four 2-token segments in one block, not four blocks
+    ([0, 2, 4, 6], 8)
+    >>> long = [Item(index=0, context=(1,), continuation=(5,) * 20), Item(index=1, context=(1,), continuation=(5,), slot=1)]
+    >>> segment_columns(long, 16)
+    ([0, None], 19)
+    >>> pair = [Item(index=i, context=(1,), continuation=(5,) * 20, slot=i) for i in range(2)]
+    >>> segment_columns(pair, 16)  # the odd choice ends on a block edge: 48 columns, not 64
+    ([0, 29], 48)
+    """
+    columns: list[int | None] = [None] * len(items)
+    taken: set[int] = set()
+    sizes = [len(item.continuation) - 1 for item in items]
+    for k in sorted((k for k in range(len(items)) if sizes[k]), key=lambda k: (items[k].slot, k)):
+        n, slot = sizes[k], items[k].slot
+        width = 1 << (n - 1).bit_length()
+        column = (slot * width) % multiple if width < multiple else (-n) % multiple if slot % 2 else 0
+        while any(c in taken for c in range(column, column + n)):
+            column += multiple
+        taken.update(range(column, column + n))
+        columns[k] = column
+    return columns, max(taken, default=-1) + 1
 
 
 def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, packed: int | None = None,

@@ -3,7 +3,7 @@
 :func:`forward_packed` runs each whole context once, right-padded and without an attention mask (the causal
 kernel path), keeping the logits of each context's last column only, which predict every choice's first
 token; then one row per group holding all its choices' other inputs side by side, each choice's segment
-starting at a multiple of the pad width and attending to the context's cache and to itself (a 4-D mask),
+at a column whose remainder modulo the pad width the choice alone fixes, attending to the context's cache and to itself (a 4-D mask),
 keeping the logits of its real tokens only. :func:`_logits_at` is how the logits are limited to the scored
 positions: a forward pre-hook on the model's output layer, removed when the pass ends.
 
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from flasheval.engine.hf.forward import MIN_LOGIT_ROWS, PassSettings, Scored, check_finite, padded_width
-from flasheval.engine.planning import Group, Item
+from flasheval.engine.planning import Group, Item, segment_columns
 
 __all__ = ["forward_packed"]
 
@@ -30,8 +30,9 @@ def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> l
     attention without copied keys), and every row's tokens sit at columns ``0 .. len - 1`` whatever its
     companions. Its logits are computed only at each row's last real column (:func:`_logits_at`), which predicts
     every choice's first token. Pass 2 runs, for choices of two or more tokens, ``continuation[:-1]`` (a
-    continuation's last token predicts nothing), each choice in a segment of the group's row that starts at a
-    multiple of the pad width, at positions ``len(context) + j``, attending to the real context columns of the
+    continuation's last token predicts nothing), each choice in a segment of the group's row at a column
+    whose remainder modulo the pad width the choice alone decides (:func:`~flasheval.engine.planning.segment_columns`),
+    at positions ``len(context) + j``, attending to the real context columns of the
     cache and causally to its own segment (a 4-D mask), logits only at its real tokens. No cache is copied per
     choice, no row is padded to the group's longest choice, and a choice's tokens sit at the same offsets modulo
     the pad width whatever its companions, so its sums do not depend on them.
@@ -47,15 +48,13 @@ def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> l
     for g, group in enumerate(groups):
         ids[g, : lengths[g]] = torch.tensor(group.context)
     prefix_mask = (torch.arange(n_prefix).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
-    # Segments of pass 2: (group, item, first column), each rounded to the pad width.
+    # Segments of pass 2: (group, item, first column), where segment_columns puts them (one-token items: no column).
     segments, widths = [], []
     for g, group in enumerate(groups):
-        column = 0
-        for item in group.items:
-            segments.append((g, item, column))
-            column += padded_width(len(item.continuation) - 1, multiple)
-        widths.append(column)
-    n_query = max(widths)
+        columns, width = segment_columns(group.items, multiple)
+        segments.extend((g, item, column or 0) for item, column in zip(group.items, columns))
+        widths.append(width)
+    n_query = padded_width(max(widths), multiple)
     with no_grad(model):
         with _logits_at(model, list(range(len(groups))), [n - 1 for n in lengths]) as pick:
             out = model(input_ids=ids.to(device), use_cache=n_query > 0)

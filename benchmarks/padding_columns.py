@@ -1,0 +1,83 @@
+"""Columns a packed pass runs over the real tokens it scores: what padding costs per task (issue 46, item 2).
+
+The linear layers take 82-86% of a 0-shot pass on a CPU (cProfile, SmolLM2, 1 thread) and run at the matrix
+product's own speed, so a pass costs its columns, padding included. For each task and shot count this plans the
+first ``--n-examples`` examples of flasheval's seeded order exactly as :class:`~flasheval.engine.hf.backend.HFBackend`
+does at ``--batch-size`` (its own planner: groups, batches) and counts, per batch, pass 1's rows x padded context
+width and pass 2's rows x padded segment width, under the current layout
+(:func:`~flasheval.engine.planning.segment_columns`, ``SCORING_VERSION`` 6) and under version 5's (every choice's
+segment on a 16-column block edge: each choice's width rounded up to 16, summed; both on the batches the current
+planner makes), over the real tokens (each context once, each choice's ``len - 1`` inputs). No forward pass runs;
+the model is loaded for its tokenizer and its planner settings.
+
+Run (repo root)::
+
+    FLASHEVAL_SHARED=../shared python benchmarks/padding_columns.py            # SmolLM2, 200 examples, 0 and 10 shots
+    FLASHEVAL_SHARED=../shared python benchmarks/padding_columns.py --model qwen2.5-coder-0.5b --tasks arc_easy
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import engine_throughput as et  # noqa: E402
+
+TASKS = "hellaswag,arc_easy,openbook_qa,piqa,copa,winogrande"
+
+
+def columns(batches: Sequence[Sequence[object]], multiple: int) -> dict[str, int]:
+    """Real tokens, pass-1 columns, and pass-2 columns under the current and the version-5 layout."""
+    from flasheval.engine.planning import padded_width, segment_columns
+
+    out = {"real": 0, "pass1": 0, "pass2": 0, "pass2_v5": 0}
+    for batch in batches:
+        rows = len(batch)
+        out["real"] += sum(len(g.context) + sum(len(i.continuation) - 1 for i in g.items) for g in batch)
+        out["pass1"] += rows * padded_width(max(len(g.context) for g in batch), multiple)
+        out["pass2"] += rows * padded_width(max(segment_columns(g.items, multiple)[1] for g in batch), multiple)
+        out["pass2_v5"] += rows * max(sum(padded_width(len(i.continuation) - 1, multiple) for i in g.items)
+                                      for g in batch)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="padding_columns.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m", help="as engine_throughput.py's --model (default smollm2-135m)")
+    parser.add_argument("--tasks", default=TASKS, help=f"comma-separated (default {TASKS})")
+    parser.add_argument("--n-examples", type=int, default=200)
+    parser.add_argument("--shots", default="0,10", help="comma-separated (default 0,10)")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args(argv)
+    from flasheval.evaluation.selection import select_examples, task_requests
+
+    loaded = et.load(SimpleNamespace(dtype="float32", device="cpu"), args.model)
+    backend = et.cell_backend(loaded, args.batch_size)
+    if backend._packed is None:  # noqa: SLF001 - the planner's own setting
+        raise SystemExit(f"padding_columns.py: {args.model} does not run the packed pass (sliding-window layers)")
+    multiple = backend._pass.pad_multiple  # noqa: SLF001
+    print(f"{args.model}, batch {args.batch_size}, first {args.n_examples} examples, pad multiple {multiple}; "
+          "columns run / real tokens (pass 1 + pass 2)")
+    print(f"{'task':12s} {'shots':>5s} {'real':>8s} {'version 5':>10s} {'version 6':>10s}")
+    for shots in (int(x) for x in args.shots.split(",")):
+        for selection in select_examples(tuple(args.tasks.split(",")), et.task_dir(), n_examples=args.n_examples,
+                                         seed=args.seed):
+            selection = replace(selection, spec=replace(selection.spec, n_shots=shots))
+            by_id = task_requests(selection, seed=args.seed, prefix_space=backend.info.prefix_space)
+            requests = [r for reqs in by_id.values() for r in reqs]
+            c = columns(backend._batches(backend._items(requests)), multiple)  # noqa: SLF001
+            print(f"{selection.spec.name:12s} {shots:5d} {c['real']:8d} {(c['pass1'] + c['pass2_v5']) / c['real']:9.2f}x "
+                  f"{(c['pass1'] + c['pass2']) / c['real']:9.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
