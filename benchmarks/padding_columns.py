@@ -50,7 +50,8 @@ def columns(batches: Sequence[Sequence[object]], multiple: int) -> dict[str, int
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="padding_columns.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m", help="as engine_throughput.py's --model (default smollm2-135m)")
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="as engine_throughput.py's --model (default smollm2-135m)")
     parser.add_argument("--tasks", default=TASKS, help=f"comma-separated (default {TASKS})")
     parser.add_argument("--n-examples", type=int, default=200)
     parser.add_argument("--shots", default="0,10", help="comma-separated (default 0,10)")
@@ -74,8 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             by_id = task_requests(selection, seed=args.seed, prefix_space=backend.info.prefix_space)
             requests = [r for reqs in by_id.values() for r in reqs]
             c = columns(backend._batches(backend._items(requests)), multiple)  # noqa: SLF001
-            print(f"{selection.spec.name:12s} {shots:5d} {c['real']:8d} {(c['pass1'] + c['pass2_v5']) / c['real']:9.2f}x "
-                  f"{(c['pass1'] + c['pass2']) / c['real']:9.2f}x")
+            v5, v6 = (c["pass1"] + c["pass2_v5"]) / c["real"], (c["pass1"] + c["pass2"]) / c["real"]
+            print(f"{selection.spec.name:12s} {shots:5d} {c['real']:8d} {v5:9.2f}x {v6:9.2f}x")
     return 0
 
 

@@ -247,7 +247,8 @@ def segment_columns(items: Sequence[Item], multiple: int) -> tuple[list[int | No
     >>> short = [Item(index=i, context=(1,), continuation=(5, 6, 7), slot=i) for i in range(4)]
     >>> segment_columns(short, 16)  # four 2-token segments in one block, not four blocks
     ([0, 2, 4, 6], 8)
-    >>> long = [Item(index=0, context=(1,), continuation=(5,) * 20), Item(index=1, context=(1,), continuation=(5,), slot=1)]
+    >>> long = [Item(index=0, context=(1,), continuation=(5,) * 20),
+    ...         Item(index=1, context=(1,), continuation=(5,), slot=1)]
     >>> segment_columns(long, 16)
     ([0, None], 19)
     >>> pair = [Item(index=i, context=(1,), continuation=(5,) * 20, slot=i) for i in range(2)]

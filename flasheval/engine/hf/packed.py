@@ -2,9 +2,9 @@
 
 :func:`forward_packed` runs each whole context once, right-padded and without an attention mask (the causal
 kernel path), keeping the logits of each context's last column only, which predict every choice's first
-token; then one row per group holding all its choices' other inputs side by side, each choice's segment
-at a column whose remainder modulo the pad width the choice alone fixes, attending to the context's cache and to itself (a 4-D mask),
-keeping the logits of its real tokens only. :func:`_logits_at` is how the logits are limited to the scored
+token; then one row per group holding all its choices' other inputs side by side, each choice's segment at a
+column whose remainder modulo the pad width the choice alone fixes, attending to the context's cache and to itself
+(a 4-D mask), keeping the logits of its real tokens only. :func:`_logits_at` is how the logits are limited to the scored
 positions: a forward pre-hook on the model's output layer, removed when the pass ends.
 
 torch is imported inside the functions, never at module import.
@@ -30,12 +30,12 @@ def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> l
     attention without copied keys), and every row's tokens sit at columns ``0 .. len - 1`` whatever its
     companions. Its logits are computed only at each row's last real column (:func:`_logits_at`), which predicts
     every choice's first token. Pass 2 runs, for choices of two or more tokens, ``continuation[:-1]`` (a
-    continuation's last token predicts nothing), each choice in a segment of the group's row at a column
-    whose remainder modulo the pad width the choice alone decides (:func:`~flasheval.engine.planning.segment_columns`),
-    at positions ``len(context) + j``, attending to the real context columns of the
-    cache and causally to its own segment (a 4-D mask), logits only at its real tokens. No cache is copied per
-    choice, no row is padded to the group's longest choice, and a choice's tokens sit at the same offsets modulo
-    the pad width whatever its companions, so its sums do not depend on them.
+    continuation's last token predicts nothing), each choice in a segment of the group's row at a column whose
+    remainder modulo the pad width the choice alone decides (:func:`~flasheval.engine.planning.segment_columns`), at
+    positions ``len(context) + j``, attending to the real context columns of the cache and causally to its own
+    segment (a 4-D mask), logits only at its real tokens. No cache is copied per choice, no row is padded to the
+    group's longest choice, and a choice's tokens sit at the same offsets modulo the pad width whatever its
+    companions, so its sums do not depend on them.
     """
     import torch
 
