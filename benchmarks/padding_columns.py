@@ -35,14 +35,15 @@ TASKS = "hellaswag,arc_easy,openbook_qa,piqa,copa,winogrande"
 
 def columns(batches: Sequence[Sequence[object]], multiple: int) -> dict[str, int]:
     """Real tokens, pass-1 columns, and pass-2 columns under the current and the version-5 layout."""
-    from flasheval.engine.planning import padded_width, segment_columns
+    from flasheval.engine.planning import group_passes, padded_width
 
     out = {"real": 0, "pass1": 0, "pass2": 0, "pass2_v5": 0}
     for batch in batches:
         rows = len(batch)
         out["real"] += sum(len(g.context) + sum(len(i.continuation) - 1 for i in g.items) for g in batch)
-        out["pass1"] += rows * padded_width(max(len(g.context) for g in batch), multiple)
-        out["pass2"] += rows * padded_width(max(segment_columns(g.items, multiple)[1] for g in batch), multiple)
+        passes = [group_passes(g, pad_multiple=multiple, packed=True) for g in batch]  # the planner's own widths
+        out["pass1"] += rows * max(p[0][1] for p in passes)
+        out["pass2"] += rows * max(p[1][1] for p in passes)
         out["pass2_v5"] += rows * max(sum(padded_width(len(i.continuation) - 1, multiple) for i in g.items)
                                       for g in batch)
     return out
