@@ -1,7 +1,8 @@
 """Worker for the lockstep test: run under ``torchrun --nproc-per-node 2``; each process writes rank<N>.json.
 
-``_lockstep_worker.py OUT``: the script makes its own gloo group, scores the distributed tests' uneven
-log-likelihood requests and generation requests of different lengths with the tiny Llama first alone
+``_lockstep_worker.py OUT``: the script makes its own gloo group, scores one request (one process joins with dummy
+passes only), the distributed tests' uneven log-likelihood requests and generation requests of different lengths
+with the tiny Llama first alone
 (unsharded, no collective), then sharded with FSDP2 (``fully_shard``: every forward pass all-gathers the
 parameters from both processes) through :class:`~flasheval.engine.coordination.distributed.DistributedBackend` with
 ``distributed="all"``. It records both results, the forward passes it ran for its own work (``real``) and to
@@ -31,9 +32,13 @@ def generation_requests() -> list[GenerationRequest]:
 
 
 def score(backend) -> dict:
+    # First one request: one batch, so one process's first passes are dummy ones joining the other's, and its
+    # later real passes run on the parameters those gathered (a placement's first stage on two processes).
+    first = backend.loglikelihood(requests_for_test()[:1])
     ll = backend.loglikelihood(requests_for_test())
     gen = backend.generate(generation_requests())
-    return {"loglikelihood": [[r.example_id, r.choice_index, r.logprob_sum, r.is_greedy] for r in ll],
+    return {"first": [[r.example_id, r.choice_index, r.logprob_sum, r.is_greedy] for r in first],
+            "loglikelihood": [[r.example_id, r.choice_index, r.logprob_sum, r.is_greedy] for r in ll],
             "generate": [[r.example_id, r.text, r.n_generated_tokens] for r in gen]}
 
 

@@ -68,10 +68,14 @@ def lockstep(model: Any, collective: Collective) -> Iterator[None]:
 
 def _dummy_pass(model: Any) -> None:
     """A real forward pass on a one-token batch (token 0), its output discarded: this process's share of the
-    collectives of a pass another process runs."""
+    collectives of a pass another process runs. Under :func:`~flasheval.engine.hf.in_memory.no_grad`, as a real
+    pass: under ``torch.inference_mode`` FSDP2 would gather the parameters into inference tensors, which the next
+    real pass (under ``torch.no_grad``) cannot update in place ("Inplace update to inference tensor outside
+    InferenceMode")."""
     import torch
 
     from flasheval.engine.hf.device_map import input_device
+    from flasheval.engine.hf.in_memory import no_grad
 
-    with torch.inference_mode():
+    with no_grad(model):
         model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=input_device(model)))
