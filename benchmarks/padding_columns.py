@@ -33,19 +33,21 @@ import engine_throughput as et  # noqa: E402
 TASKS = "hellaswag,arc_easy,openbook_qa,piqa,copa,winogrande"
 
 
-def columns(batches: Sequence[Sequence[object]], multiple: int) -> dict[str, int]:
-    """Real tokens, pass-1 columns, and pass-2 columns under the current and the version-5 layout."""
+def columns(batches: Sequence[Sequence[object]], multiple: int, one_pass: int = 0) -> dict[str, int]:
+    """Real tokens, pass-1 columns, and pass-2 columns (rows that have segments only, as the pass runs them) under the
+    planner's layout for ``one_pass`` (:func:`~flasheval.engine.planning.group_passes`: 0, version 6's two passes for
+    every group; a context of at most ``one_pass`` tokens runs in one pass, version 7), and pass 2 under version 5's
+    (every segment on a block edge)."""
     from flasheval.engine.planning import group_passes, padded_width
 
     out = {"real": 0, "pass1": 0, "pass2": 0, "pass2_v5": 0}
     for batch in batches:
-        rows = len(batch)
         out["real"] += sum(len(g.context) + sum(len(i.continuation) - 1 for i in g.items) for g in batch)
-        passes = [group_passes(g, pad_multiple=multiple, packed=True) for g in batch]  # the planner's own widths
-        out["pass1"] += rows * max(p[0][1] for p in passes)
-        out["pass2"] += rows * max(p[1][1] for p in passes)
-        out["pass2_v5"] += rows * max(sum(padded_width(len(i.continuation) - 1, multiple) for i in g.items)
-                                      for g in batch)
+        passes = [group_passes(g, pad_multiple=multiple, packed=True, one_pass=one_pass) for g in batch]
+        out["pass1"] += len(batch) * max(p[0][1] for p in passes)
+        out["pass2"] += sum(1 for p in passes if p[1][0]) * max(p[1][1] for p in passes)
+        v5 = [sum(padded_width(len(i.continuation) - 1, multiple) for i in g.items) for g in batch]
+        out["pass2_v5"] += sum(1 for w in v5 if w) * max(v5)
     return out
 
 
@@ -68,16 +70,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     multiple = backend._pass.pad_multiple  # noqa: SLF001
     print(f"{args.model}, batch {args.batch_size}, first {args.n_examples} examples, pad multiple {multiple}; "
           "columns run / real tokens (pass 1 + pass 2)")
-    print(f"{'task':12s} {'shots':>5s} {'real':>8s} {'version 5':>10s} {'version 6':>10s}")
+    one_pass = backend._pass.one_pass  # noqa: SLF001
+    version6 = et.cell_backend(loaded, args.batch_size)
+    version6._pass = replace(version6._pass, one_pass=0)  # noqa: SLF001 - the planner as it was: two passes always
+    print(f"version 7 runs a context of at most {one_pass} tokens and its choices in one pass")
+    print(f"{'task':12s} {'shots':>5s} {'real':>8s} {'version 5':>10s} {'version 6':>10s} {'version 7':>10s}")
     for shots in (int(x) for x in args.shots.split(",")):
         for selection in select_examples(tuple(args.tasks.split(",")), et.task_dir(), n_examples=args.n_examples,
                                          seed=args.seed):
             selection = replace(selection, spec=replace(selection.spec, n_shots=shots))
             by_id = task_requests(selection, seed=args.seed, prefix_space=backend.info.prefix_space)
             requests = [r for reqs in by_id.values() for r in reqs]
-            c = columns(backend._batches(backend._items(requests)), multiple)  # noqa: SLF001
+            c = columns(version6._batches(version6._items(requests)), multiple)  # noqa: SLF001
+            c7 = columns(backend._batches(backend._items(requests)), multiple, one_pass)  # noqa: SLF001
             v5, v6 = (c["pass1"] + c["pass2_v5"]) / c["real"], (c["pass1"] + c["pass2"]) / c["real"]
-            print(f"{selection.spec.name:12s} {shots:5d} {c['real']:8d} {v5:9.2f}x {v6:9.2f}x")
+            v7 = (c7["pass1"] + c7["pass2"]) / c7["real"]
+            print(f"{selection.spec.name:12s} {shots:5d} {c['real']:8d} {v5:9.2f}x {v6:9.2f}x {v7:9.2f}x")
     return 0
 
 

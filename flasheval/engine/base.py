@@ -41,7 +41,7 @@ from flasheval.types import (
 __all__ = ["Backend", "BackendInfo", "OnResults", "OnLoad", "Collective", "SCORING_VERSION", "TokenBackend", "Wrapper",
            "example_units"]
 
-SCORING_VERSION = "6"
+SCORING_VERSION = "7"
 """Version of the scoring conventions (tokenization, truncation, windows). Part of every model
 fingerprint: bump it when a change alters any log-likelihood, so stored results are not reused.
 2: left-padded shared contexts (sliding-window models were inexact under version 1).
@@ -52,7 +52,9 @@ fingerprint: bump it when a change alters any log-likelihood, so stored results 
 5: the packed context pass right-padded without an attention mask (the causal kernel), logits only at scored
    positions: the same sums within 1e-4 nats in float32 (7.6e-5 on SmolLM2's HellaSwag), other last bits.
 6: a packed choice's segment starts at a remainder modulo the pad width fixed by its choice index and length
-   (:func:`~flasheval.engine.planning.segment_columns`), so short choices share a block: other last bits."""
+   (:func:`~flasheval.engine.planning.segment_columns`), so short choices share a block: other last bits.
+7: a group whose context is short (:func:`~flasheval.engine.batching.one_pass_context`: zero-shot prompts) runs its
+   context and choices in one packed pass: other last bits."""
 
 OnResults = Callable[[Sequence[tuple[int, Result]]], None]
 """Callback receiving ``(index into the request list, result)`` pairs as a batch finishes."""

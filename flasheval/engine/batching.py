@@ -19,7 +19,7 @@ from flasheval.engine.throughput import forward_flops
 
 __all__ = ["TOKENS_PER_ROW", "CPU_ROWS", "CPU_TOKENS", "GPU_ROWS", "GPU_MEMORY_SHARE", "ModelShape", "auto_limits",
            "default_token_budget", "pack_batches", "PASS_OVERHEAD_SHARE", "PASS_OVERHEAD_FLOP",
-           "pass_overhead", "pack_least_cost"]
+           "pass_overhead", "pack_least_cost", "one_pass_context"]
 
 TOKENS_PER_ROW = 1024
 """Default token budget per row of ``batch_size``: a budget of ``batch_size * 1024`` tokens keeps
@@ -78,6 +78,28 @@ class ModelShape:
         cache = 2 * self.n_layers * self.kv_width * self.dtype_bytes
         activations = (4 * self.hidden + 3 * self.intermediate) * self.dtype_bytes
         return cache + activations + self.vocab * (self.dtype_bytes + 8)
+
+
+def one_pass_context(shape: ModelShape, multiple: int) -> int:
+    """The longest context whose group the packed pass runs in ONE forward pass (context and choices side by side in
+    one row under a 4-D mask) instead of two (the context, then the choices from its cache).
+
+    One pass saves the second pass's own rounding up to ``multiple`` columns, half a block per row on average, which
+    costs ``multiple / 2 x 2 x`` a layer's parameters in each layer's matrix products; it pays a full (masked)
+    attention over its row, ``4 x n**2 x hidden`` per layer. This is the length where the two are equal:
+    ``sqrt(multiple x layer parameters / (4 x hidden))``, a layer's parameters counted as its attention projections
+    (``hidden x (2 hidden + 2 kv_width)``) and its gated MLP (``3 x hidden x intermediate``). Zero-shot prompts fall
+    under it, few-shot prompts over it (``docs/engine.md``, "One pass for short contexts").
+
+    Examples
+    --------
+    >>> smollm2 = ModelShape(hidden=576, intermediate=1536, n_layers=30, kv_width=192, vocab=49152, dtype_bytes=4)
+    >>> qwen05b = ModelShape(hidden=896, intermediate=4864, n_layers=24, kv_width=128, vocab=151936, dtype_bytes=4)
+    >>> one_pass_context(smollm2, 16), one_pass_context(qwen05b, 16)
+    (156, 257)
+    """
+    layer = shape.hidden * (2 * shape.hidden + 2 * shape.kv_width + 3 * shape.intermediate)
+    return math.isqrt(multiple * layer // (4 * shape.hidden))
 
 
 PASS_OVERHEAD_SHARE = 64

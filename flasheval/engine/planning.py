@@ -169,31 +169,35 @@ def group_items(items: Sequence[Item], *, max_length: int, share_context: bool) 
     return groups
 
 
-def group_unit(group: Group, packed: int | None = None) -> tuple[int, int]:
+def group_unit(group: Group, packed: int | None = None, one_pass: int = 0) -> tuple[int, int]:
     """``(rows, padded length)`` of ``group`` for the batch limits.
 
     One row per choice, as long as the context and the longest choice; or, ``packed`` (the pad width of
     :func:`~flasheval.engine.hf.packed.forward_packed`, which runs a group's choices packed in one row),
-    one row as long as the longer of its context and its choices' segments (each ``len - 1`` tokens
-    rounded up to ``packed``).
+    one row as long as the longer of its context and its choices' segments (:func:`segment_columns`), or as
+    both together when the group runs in one pass (its context has at most ``one_pass`` tokens).
 
     Examples
     --------
-    >>> g = Group(context=(1, 2, 3), items=tuple(Item(index=i, context=(1, 2, 3), continuation=(5,) * 20)
+    >>> g = Group(context=(1, 2, 3), items=tuple(Item(index=i, context=(1, 2, 3), continuation=(5,) * 20, slot=i)
     ...                                         for i in range(4)))
-    >>> group_unit(g), group_unit(g, packed=16)
-    ((4, 23), (1, 115))
+    >>> group_unit(g), group_unit(g, packed=16), group_unit(g, packed=16, one_pass=3)
+    ((4, 23), (1, 96), (1, 99))
     """
     if packed is None:
         return group.rows, group.length
-    return 1, max(len(group.context), segment_columns(group.items, packed)[1])
+    segments = segment_columns(group.items, packed)[1]
+    if len(group.context) <= one_pass:
+        return 1, len(group.context) + segments
+    return 1, max(len(group.context), segments)
 
 
-def group_passes(group: Group, *, pad_multiple: int, packed: bool) -> list[tuple[int, int]]:
+def group_passes(group: Group, *, pad_multiple: int, packed: bool, one_pass: int = 0) -> list[tuple[int, int]]:
     """``(rows, padded width)`` of ``group`` in each of the two forward passes that score it.
 
     Packed (:func:`~flasheval.engine.hf.packed.forward_packed`): the whole context in one row, then one row of
-    its choices' segments (:func:`segment_columns`, rounded up), none when every choice is one token. Shared
+    its choices' segments (:func:`segment_columns`, rounded up), none when every choice is one token; a context of
+    at most ``one_pass`` tokens and its segments in one row of one pass, the second pass empty. Shared
     (:func:`~flasheval.engine.hf.forward.forward_shared`): the context less its last token in one row (none when
     that is empty), then one row per choice of ``1 + len`` tokens.
 
@@ -203,7 +207,12 @@ def group_passes(group: Group, *, pad_multiple: int, packed: bool) -> list[tuple
     ...                                     Item(index=1, context=(1, 2, 3), continuation=(5, 6, 7))))
     >>> group_passes(g, pad_multiple=16, packed=True), group_passes(g, pad_multiple=16, packed=False)
     ([(1, 16), (1, 16)], [(1, 16), (2, 16)])
+    >>> group_passes(g, pad_multiple=16, packed=True, one_pass=3)
+    [(1, 16), (0, 0)]
     """
+    if packed and len(group.context) <= one_pass:
+        return [(1, padded_width(len(group.context) + segment_columns(group.items, pad_multiple)[1], pad_multiple)),
+                (0, 0)]
     if packed:
         width = padded_width(segment_columns(group.items, pad_multiple)[1], pad_multiple)
         return [(1, padded_width(len(group.context), pad_multiple)), (1 if width else 0, width)]
@@ -270,19 +279,28 @@ def segment_columns(items: Sequence[Item], multiple: int) -> tuple[list[int | No
 
 
 def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, packed: int | None = None,
-                overhead: int, pad_multiple: int = 1) -> list[list[Group]]:
+                overhead: int, pad_multiple: int = 1, one_pass: int = 0) -> list[list[Group]]:
     """Groups packed into batches under the row limit and token budget (each group's :func:`group_unit`) at the
     least padded cost (:func:`~flasheval.engine.batching.pack_least_cost` over :func:`group_passes`); a group is
-    never split.
+    never split, and (packed) groups that run in one pass (a context of at most ``one_pass`` tokens) never share a
+    batch with groups that run in two: they come after them.
 
     Groups run in order of their padded context width, longest first, then of their second pass's width: a
     batch's context pass pads to a multiple of ``pad_multiple`` anyway, and within one width the groups whose
     choices are short run together instead of padding to a long-choice companion. ``overhead``: a pass's fixed cost
     in padded tokens (:func:`~flasheval.engine.batching.pass_overhead` of the model)."""
     width = packed or pad_multiple
-    passes = [group_passes(g, pad_multiple=width, packed=packed is not None) for g in groups]
-    order = sorted(range(len(groups)), key=lambda k: (-passes[k][0][1], -passes[k][1][1], k))
-    units = [group_unit(groups[k], packed) for k in order]
+    limit = one_pass if packed is not None else 0
+    passes = [group_passes(g, pad_multiple=width, packed=packed is not None, one_pass=limit) for g in groups]
+    alone = [len(g.context) <= limit for g in groups]
+    order = sorted(range(len(groups)), key=lambda k: (alone[k], -passes[k][0][1], -passes[k][1][1], k))
+    units = [group_unit(groups[k], packed, limit) for k in order]
+    split = sum(not a for a in alone)  # two-pass groups first, then one-pass ones: no batch mixes them
+    if 0 < split < len(groups):
+        return [*pack_groups([groups[k] for k in order[:split]], max_rows=max_rows, max_tokens=max_tokens,
+                             packed=packed, overhead=overhead, pad_multiple=pad_multiple),
+                *pack_groups([groups[k] for k in order[split:]], max_rows=max_rows, max_tokens=max_tokens,
+                             packed=packed, overhead=overhead, pad_multiple=pad_multiple, one_pass=limit)]
     batches = pack_least_cost(units, [passes[k] for k in order], max_rows=max_rows, max_tokens=max_tokens,
                               overhead=overhead)
     return [[groups[order[i]] for i in batch] for batch in batches]

@@ -77,7 +77,10 @@ def test_plan_is_longest_first_and_keeps_choices_together(tiny):
     plan = _backend(tiny, batch_size=8).plan_batches(requests)
     assert sorted(i for batch in plan for i in batch) == list(range(len(requests)))
     first = {requests[i].example_id for i in plan[0]}
-    assert "e4" in first  # the longest context ("x" * 30) runs first
+    assert first == {"e2"}  # the longest context (35 tokens with its BOS) runs first, in two passes
+    # then the contexts short enough for one pass (the tiny Llama's limit: 33 tokens), never in a batch with it
+    assert _backend(tiny)._pass.one_pass == 33
+    assert "e4" in {requests[i].example_id for i in plan[1]}  # the widest of them ("x" * 30) first
     for batch in plan:  # all choices of an example land in the same batch
         for example_id in {requests[i].example_id for i in batch}:
             assert sum(requests[i].example_id == example_id for i in batch) == len(CHOICES)
@@ -140,10 +143,14 @@ def test_out_of_memory_halves_the_batch_and_keeps_results(tiny, packed):
 def test_other_runtime_errors_are_not_swallowed(tiny):
     backend = _backend(tiny)
 
-    def broken(**kwargs):
-        raise RuntimeError("shape mismatch")
+    class Broken:  # the real model, whose forward fails
+        def __call__(self, **kwargs):
+            raise RuntimeError("shape mismatch")
 
-    backend._model = broken
+        def __getattr__(self, name):
+            return getattr(tiny[0], name)
+
+    backend._model = Broken()
     with pytest.raises(RuntimeError, match="shape mismatch"):
         backend.loglikelihood(_requests()[:2])
 

@@ -71,13 +71,15 @@ def test_scored_positions_equal_a_full_forward_and_the_all_logits_path(tiny):
         assert ours.logprob_sum == pytest.approx(_independent(model, tokenizer, request), abs=1e-5)
         assert ours.logprob_sum == pytest.approx(theirs.logprob_sum, abs=1e-6)
         assert ours.is_greedy == theirs.is_greedy
-    # Packed (hf_packed.forward_packed): one pass of the 3 whole contexts keeping only each one's last real
-    # column (it predicts each choice's first token), repeated up to the 16 positions a matrix product needs for
-    # its rows' last bits; then one row per context keeping only the positions that hold a choice's input: every
-    # byte of a choice but its last (4 + 1 + 24 + 0), not the padding between the segments (16 + 16 + 32) nor a
-    # choice's last byte.
-    assert backend._pass.packed
-    assert counter.rows == [16, len(CONTEXTS) * sum(len(c.encode()) - 1 for c in CHOICES)]
+    # Packed (hf_packed.forward_packed). The long context (35 tokens with its BOS, over the tiny Llama's one-pass
+    # limit of 33) in two passes: its whole context keeping only its last real column (it predicts each choice's
+    # first token), repeated up to the 16 positions a matrix product needs for its rows' last bits; then its row of
+    # choices keeping only the positions that hold a choice's input: every byte of a choice but its last
+    # (4 + 1 + 24 + 0), not the padding between the segments nor a choice's last byte. The two short contexts in
+    # one pass: their last columns and their choices' inputs, nothing else.
+    assert backend._pass.packed and backend._pass.one_pass == 33
+    inputs = sum(len(c.encode()) - 1 for c in CHOICES)
+    assert counter.rows == [16, inputs, 2 + 2 * inputs]
 
 
 def test_unpadded_pass_keeps_only_the_continuation_columns(tiny):
@@ -102,11 +104,14 @@ def test_unpadded_pass_keeps_only_the_continuation_columns(tiny):
         assert ours == pytest.approx(theirs, abs=1e-6) and greedy == their_greedy
 
 
-def test_single_token_choices_run_the_context_pass_only(tiny):
+@pytest.mark.parametrize("context", ["Answer: the letter " * 3, "Answer: the letter"])
+def test_single_token_choices_run_the_context_pass_only(tiny, context):
     """Choices of one token each (ARC's letters, say): the whole context's last column predicts them all, so
-    the packed layout runs one pass, whose output layer sees the last 16 columns (the matrix product's rows)."""
+    the packed layout runs one pass, whose output layer sees the last 16 columns (the matrix product's rows):
+    without a mask for a long context (two-pass layout, whose second pass is empty), under the context's causal
+    mask for a short one (the one-pass layout)."""
     model, tokenizer = tiny
-    requests = [LoglikelihoodRequest(task_name="t", example_id="0", choice_index=k, context="Answer: the letter",
+    requests = [LoglikelihoodRequest(task_name="t", example_id="0", choice_index=k, context=context,
                                      continuation=letter) for k, letter in enumerate(" ABCD")]
     backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=16)
     assert backend._pass.packed
@@ -120,7 +125,11 @@ def test_single_token_choices_run_the_context_pass_only(tiny):
         counter.handle.remove()
         handle.remove()
     assert counter.rows == [16]
-    assert masks == [None]  # right-padded, no mask: the attention's causal path
+    n = len(tokenizer(context).input_ids)
+    if n > backend._pass.one_pass:
+        assert masks == [None]  # right-padded, no mask: the attention's causal path
+    else:
+        assert len(masks) == 1 and torch.equal(masks[0][0, 0, :n, :n], torch.ones(n, n, dtype=torch.bool).tril())
     for request, result in zip(requests, scored):
         assert result.logprob_sum == pytest.approx(_independent(model, tokenizer, request), abs=1e-5)
         assert result.n_tokens == 1

@@ -216,7 +216,7 @@ class HFBackend:
         if self._unpadded:
             return [[group] for group in groups]
         return pack_groups(groups, max_rows=self._limits.max_rows, max_tokens=self._limits.max_tokens,
-                           packed=self._packed, pad_multiple=self._pass.pad_multiple,
+                           packed=self._packed, pad_multiple=self._pass.pad_multiple, one_pass=self._pass.one_pass,
                            overhead=pass_overhead(self._limits.max_tokens, self._n_parameters))
 
     @property
@@ -329,8 +329,8 @@ class HFBackend:
     def _score_items(self, items: Sequence[Item], finish: Callable[[list[Scored]], None]) -> None:
         """Score the planned batches of ``items`` in order, handing each batch's results to ``finish``."""
         for batch in self._batches(items):
-            finish(run_with_backoff(batch, self._forward, self._limits, size=lambda g: group_unit(g, self._packed),
-                                    split=Group.halves))
+            finish(run_with_backoff(batch, self._forward, self._limits, split=Group.halves,
+                                    size=lambda g: group_unit(g, self._packed, self._pass.one_pass)))
 
     def _forward(self, groups: Sequence[Group]) -> list[Scored]:
         """One forward batch: a single group in unpadded passes, or the shared-context passes (timed)."""

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from flasheval.engine.batching import ModelShape, one_pass_context
 from flasheval.engine.planning import Group, Item, padded_width
 from flasheval.errors import BackendError
 
@@ -48,6 +49,9 @@ class PassSettings:
     (:func:`padded_width`), so a row's real tokens sit at the same offsets modulo it whatever its companions."""
     packed: bool = False
     """Whether batches run :func:`~flasheval.engine.hf.packed.forward_packed` (:func:`packs_choices`), else :func:`forward_shared`."""
+    one_pass: int = 0
+    """Packed only: groups whose context has at most this many tokens run in one forward pass
+    (:func:`~flasheval.engine.batching.one_pass_context` of the model's shape; 0: none)."""
 
 
 PAD_MULTIPLE = 16
@@ -72,9 +76,12 @@ def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = 16) -> PassSet
     # ``logits_to_keep`` (transformers >= 4.50) also takes a 1-D tensor of columns: the continuation pass keeps
     # only the columns it scores. The older ``num_logits_to_keep`` took an int only: keep one, or all logits.
     keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward_parameters), None)
+    config = getattr(unwrap(model)[1], "config", None)
+    packed = keep == "logits_to_keep" and packs_choices(config)
+    one_pass = one_pass_context(ModelShape.from_config(config, dtype_bytes=4), pad_multiple) if packed else 0
     return PassSettings(device=input_device(model), pad_id=pad_id, cache_kw=cache_kw,
-                        keep_one={} if keep is None else {keep: 1}, pad_multiple=pad_multiple,
-                        packed=keep == "logits_to_keep" and packs_choices(getattr(unwrap(model)[1], "config", None)))
+                        keep_one={} if keep is None else {keep: 1}, pad_multiple=pad_multiple, packed=packed,
+                        one_pass=one_pass)
 
 
 def packs_choices(config: Any) -> bool:

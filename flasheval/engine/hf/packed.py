@@ -1,11 +1,15 @@
-"""The packed scoring pass of a Hugging Face causal LM (models without sliding-window layers, SDPA or eager).
+"""The packed scoring passes of a Hugging Face causal LM (models without sliding-window layers, SDPA or eager).
 
-:func:`forward_packed` runs each whole context once, right-padded and without an attention mask (the causal
-kernel path), keeping the logits of each context's last column only, which predict every choice's first
+:func:`forward_packed` scores a batch of groups (a context and its choices) in two forward passes or in one. Two
+(:func:`_two_passes`, long contexts): each whole context once, right-padded and without an attention mask (the
+causal kernel path), keeping the logits of each context's last column only, which predict every choice's first
 token; then one row per group holding all its choices' other inputs side by side, each choice's segment at a
-column whose remainder modulo the pad width the choice alone fixes, attending to the context's cache and to itself
-(a 4-D mask), keeping the logits of its real tokens only. :func:`_logits_at` is how the logits are limited to the scored
-positions: a forward pre-hook on the model's output layer, removed when the pass ends.
+column whose remainder modulo the pad width the choice alone fixes, attending to the context's cache and to
+itself (a 4-D mask), keeping the logits of its real tokens only. One (:func:`_one_pass`, a context of at most
+:attr:`~flasheval.engine.hf.forward.PassSettings.one_pass` tokens: zero-shot prompts): the context and, right after
+it, the same segments in one row under one 4-D mask, so a short prompt's row is rounded up to the pad width once,
+not twice. :func:`_logits_at` is how the logits are limited to the scored positions: a forward pre-hook on the
+model's output layer, removed when the pass ends.
 
 torch is imported inside the functions, never at module import.
 """
@@ -23,6 +27,69 @@ __all__ = ["forward_packed"]
 
 
 def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> list[Scored]:
+    """Score ``groups``: those whose context has at most ``settings.one_pass`` tokens in one pass (:func:`_one_pass`),
+    the others in two (:func:`_two_passes`). Which one a group takes depends on its context alone, never on its
+    companions (the planner keeps the two kinds in separate batches; a mixed batch runs as two)."""
+    one = [group for group in groups if len(group.context) <= settings.one_pass]
+    two = [group for group in groups if len(group.context) > settings.one_pass]
+    return (_two_passes(model, two, settings) if two else []) + (_one_pass(model, one, settings) if one else [])
+
+
+def _one_pass(model: Any, groups: list[Group], settings: PassSettings) -> list[Scored]:
+    """One row per group: its context at columns ``0 .. len - 1``, then its choices' segments, each at ``len(context)
+    +`` the column :func:`~flasheval.engine.planning.segment_columns` gives it, at positions ``len(context) + j``; one
+    forward pass under a 4-D mask (the context causal; a segment sees the context and causally itself; a padding
+    column sees column 0 only, so no softmax row is empty). Logits at each context's last column (every choice's
+    first token) and at the segments' real tokens. Everything in a group's row depends on the group alone; only the
+    row's right padding depends on its companions."""
+    import torch
+
+    from flasheval.engine.hf.in_memory import no_grad
+
+    multiple = settings.pad_multiple
+    lengths = [len(group.context) for group in groups]
+    segments, widths = [], []
+    for g, group in enumerate(groups):
+        columns, width = segment_columns(group.items, multiple)
+        segments.extend((g, item, None if column is None else lengths[g] + column)
+                        for item, column in zip(group.items, columns))
+        widths.append(lengths[g] + width)
+    n = padded_width(max(widths), multiple)
+    ids = torch.full((len(groups), n), settings.pad_id, dtype=torch.long)
+    positions = torch.zeros((len(groups), n), dtype=torch.long)
+    allowed = torch.zeros((len(groups), n, n), dtype=torch.bool)
+    allowed[:, :, 0] = True
+    for g, group in enumerate(groups):
+        ids[g, : lengths[g]] = torch.tensor(group.context)
+        positions[g, : lengths[g]] = torch.arange(lengths[g])
+        allowed[g, : lengths[g], : lengths[g]] = torch.ones(lengths[g], lengths[g], dtype=torch.bool).tril()
+    at: tuple[list[int], list[int]] = (list(range(len(groups))), [length - 1 for length in lengths])
+    targets = [item.continuation[0] for _, item, _ in segments]
+    owners = list(range(len(segments)))
+    for s, (g, item, column) in enumerate(segments):
+        if column is None:
+            continue
+        k = len(item.continuation) - 1
+        ids[g, column:column + k] = torch.tensor(item.continuation[:-1])
+        positions[g, column:column + k] = lengths[g] + torch.arange(k)
+        allowed[g, column:column + k, : lengths[g]] = True
+        allowed[g, column:column + k, column:column + k] = torch.ones(k, k, dtype=torch.bool).tril()
+        at[0].extend([g] * k)
+        at[1].extend(range(column, column + k))
+        targets.extend(item.continuation[1:])
+        owners.extend([s] * k)
+    device = settings.device
+    with no_grad(model):
+        with _logits_at(model, *at) as pick:
+            out = model(input_ids=ids.to(device), attention_mask=_additive(model, allowed).unsqueeze(1).to(device),
+                        position_ids=positions.to(device), use_cache=False)
+            logits = pick(out.logits)  # [groups + scored segment tokens, vocab]
+        firsts = logits[torch.tensor([g for g, _, _ in segments], device=logits.device)]
+        sums, greedy = _score_rows(model, torch.cat([firsts, logits[len(groups):]]), targets, owners, len(segments))
+    return [(item, sums[s], greedy[s]) for s, (_, item, _) in enumerate(segments)]
+
+
+def _two_passes(model: Any, groups: list[Group], settings: PassSettings) -> list[Scored]:
     """Each whole context once, then one row per group with all its choices' other inputs side by side.
 
     Pass 1 runs every group's full context, right-padded and without an attention mask: under causal attention
@@ -83,7 +150,7 @@ def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> l
 
 def _segment_pass(model: Any, segments: list[tuple[int, Item, int]], n_query: int, past: Any, prefix_mask: Any,
                   lengths: list[int], settings: PassSettings) -> Any:
-    """Pass 2 of :func:`forward_packed` over the rows of ``prefix_mask`` (``segments`` name their row): the logits
+    """Pass 2 of :func:`_two_passes` over the rows of ``prefix_mask`` (``segments`` name their row): the logits
     ``[scored tokens, vocab]`` of every segment's tokens, segment by segment."""
     import torch
 
