@@ -10,10 +10,17 @@ segment on a 16-column block edge: each choice's width rounded up to 16, summed;
 planner makes), over the real tokens (each context once, each choice's ``len - 1`` inputs). No forward pass runs;
 the model is loaded for its tokenizer and its planner settings.
 
+``--time-passes`` also runs the current layout's batches, at ``--batch-size`` and at the automatic budget (the
+``auto`` cells of ``engine_throughput.py``), once untimed and once timed, and prints each pass's rows, columns,
+seconds and milliseconds per column: whether a wider pass costs more per column than a narrower one (``--threads``
+torch threads, default 1).
+
 Run (repo root)::
 
     FLASHEVAL_SHARED=../shared python benchmarks/padding_columns.py            # SmolLM2, 200 examples, 0 and 10 shots
     FLASHEVAL_SHARED=../shared python benchmarks/padding_columns.py --model qwen2.5-coder-0.5b --tasks arc_easy
+    FLASHEVAL_SHARED=../shared python benchmarks/padding_columns.py --model qwen2.5-coder-0.5b --tasks hellaswag \
+        --shots 0 --n-examples 6 --time-passes                                # the grid's 0-shot passes, timed
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shots", default="0,10", help="comma-separated (default 0,10)")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--time-passes", action="store_true", help="run and time each pass at --batch-size and auto")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for --time-passes (default 1)")
     args = parser.parse_args(argv)
     from flasheval.evaluation.selection import select_examples, task_requests
 
@@ -86,7 +95,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             v5, v6 = (c["pass1"] + c["pass2_v5"]) / c["real"], (c["pass1"] + c["pass2"]) / c["real"]
             v7 = (c7["pass1"] + c7["pass2"]) / c7["real"]
             print(f"{selection.spec.name:12s} {shots:5d} {c['real']:8d} {v5:9.2f}x {v6:9.2f}x {v7:9.2f}x")
+            if args.time_passes:
+                time_passes(loaded, requests, args.batch_size, args.threads)
     return 0
+
+
+def time_passes(loaded: object, requests: Sequence[object], batch_size: int, threads: int) -> None:
+    """Run the batches the backend plans for ``requests`` at ``batch_size`` and at its automatic budget, once
+    untimed, then once timed; print each pass's rows, padded columns (:func:`columns`), seconds, ms per column."""
+    import time
+
+    import torch
+
+    torch.set_num_threads(threads)
+    for size in (batch_size, None):
+        backend = et.cell_backend(loaded, size)
+        batches = backend._batches(backend._items(requests))  # noqa: SLF001 - the planner's own batches
+        for batch in batches:  # warm-up
+            backend._forward(batch)  # noqa: SLF001
+        label = "auto" if size is None else f"batch {size}"
+        for batch in batches:
+            c = columns([batch], backend._pass.pad_multiple, backend._pass.one_pass)  # noqa: SLF001
+            start = time.perf_counter()
+            backend._forward(batch)  # noqa: SLF001
+            seconds = time.perf_counter() - start
+            n = c["pass1"] + c["pass2"]
+            print(f"    {label:8s} {len(batch):3d} rows {n:6d} columns {seconds:8.3f} s {1000 * seconds / n:7.2f} ms/column")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ fingerprint: bump it when a change alters any log-likelihood, so stored results 
 6: a packed choice's segment starts at a remainder modulo the pad width fixed by its choice index and length
    (:func:`~flasheval.engine.planning.segment_columns`), so short choices share a block: other last bits.
 7: a group whose context is short (:func:`~flasheval.engine.batching.one_pass_context`: zero-shot prompts) runs its
-   context and choices in one packed pass: other last bits."""
+   context and choices in one packed pass, on a sliding-window model when it fits the window (it ran one row per
+   choice): other last bits."""
 
 OnResults = Callable[[Sequence[tuple[int, Result]]], None]
 """Callback receiving ``(index into the request list, result)`` pairs as a batch finishes."""

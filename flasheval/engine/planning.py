@@ -19,6 +19,7 @@ from flasheval.types import LoglikelihoodRequest
 __all__ = [
     "Item",
     "Group",
+    "runs_in_one_pass",
     "group_unit",
     "group_passes",
     "padded_width",
@@ -169,6 +170,21 @@ def group_items(items: Sequence[Item], *, max_length: int, share_context: bool) 
     return groups
 
 
+def runs_in_one_pass(group: Group, one_pass: int, window: int | None = None) -> bool:
+    """Whether ``group`` runs its context and choices in one packed pass
+    (:func:`~flasheval.engine.hf.packed.forward_packed`): its context has at most ``one_pass`` tokens and, on a
+    model with sliding-window layers (``window``: their window; ``None``: none), its longest sequence fits the
+    window, where no window masks anything and the pass's one 4-D mask is exact on every layer.
+
+    Examples
+    --------
+    >>> g = Group(context=(1, 2, 3), items=(Item(index=0, context=(1, 2, 3), continuation=(5, 6)),))
+    >>> runs_in_one_pass(g, 3), runs_in_one_pass(g, 2), runs_in_one_pass(g, 3, window=5), runs_in_one_pass(g, 3, window=4)
+    (True, False, True, False)
+    """
+    return len(group.context) <= one_pass and (window is None or group.length <= window)
+
+
 def group_unit(group: Group, packed: int | None = None, one_pass: int = 0) -> tuple[int, int]:
     """``(rows, padded length)`` of ``group`` for the batch limits.
 
@@ -279,28 +295,30 @@ def segment_columns(items: Sequence[Item], multiple: int) -> tuple[list[int | No
 
 
 def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, packed: int | None = None,
-                overhead: int, pad_multiple: int = 1, one_pass: int = 0) -> list[list[Group]]:
+                overhead: int, pad_multiple: int = 1, one_pass: int = 0, window: int | None = None) -> list[list[Group]]:
     """Groups packed into batches under the row limit and token budget (each group's :func:`group_unit`) at the
     least padded cost (:func:`~flasheval.engine.batching.pack_least_cost` over :func:`group_passes`); a group is
-    never split, and (packed) groups that run in one pass (a context of at most ``one_pass`` tokens) never share a
-    batch with groups that run in two: they come after them.
+    never split, and groups that run in one packed pass (:func:`runs_in_one_pass` with ``one_pass`` and
+    ``window``; on a model that is not ``packed``, a sliding-window one, every other group runs one row per choice)
+    never share a batch with the others: they come after them.
 
     Groups run in order of their padded context width, longest first, then of their second pass's width: a
     batch's context pass pads to a multiple of ``pad_multiple`` anyway, and within one width the groups whose
     choices are short run together instead of padding to a long-choice companion. ``overhead``: a pass's fixed cost
     in padded tokens (:func:`~flasheval.engine.batching.pass_overhead` of the model)."""
     width = packed or pad_multiple
-    limit = one_pass if packed is not None else 0
-    passes = [group_passes(g, pad_multiple=width, packed=packed is not None, one_pass=limit) for g in groups]
-    alone = [len(g.context) <= limit for g in groups]
+    alone = [runs_in_one_pass(g, one_pass, window) for g in groups]
+    passes = [group_passes(g, pad_multiple=width, packed=a or packed is not None, one_pass=one_pass if a else 0)
+              for g, a in zip(groups, alone)]
     order = sorted(range(len(groups)), key=lambda k: (alone[k], -passes[k][0][1], -passes[k][1][1], k))
-    units = [group_unit(groups[k], packed, limit) for k in order]
-    split = sum(not a for a in alone)  # two-pass groups first, then one-pass ones: no batch mixes them
+    units = [group_unit(groups[k], width, one_pass) if alone[k] else group_unit(groups[k], packed) for k in order]
+    split = sum(not a for a in alone)  # the others first, then the one-pass groups: no batch mixes them
     if 0 < split < len(groups):
         return [*pack_groups([groups[k] for k in order[:split]], max_rows=max_rows, max_tokens=max_tokens,
                              packed=packed, overhead=overhead, pad_multiple=pad_multiple),
                 *pack_groups([groups[k] for k in order[split:]], max_rows=max_rows, max_tokens=max_tokens,
-                             packed=packed, overhead=overhead, pad_multiple=pad_multiple, one_pass=limit)]
+                             packed=packed, overhead=overhead, pad_multiple=pad_multiple, one_pass=one_pass,
+                             window=window)]
     batches = pack_least_cost(units, [passes[k] for k in order], max_rows=max_rows, max_tokens=max_tokens,
                               overhead=overhead)
     return [[groups[order[i]] for i in batch] for batch in batches]

@@ -1,6 +1,7 @@
 """Shared-context, padded batches equal one unpadded forward pass per request, on every causal-LM
 family the engine shares contexts for, sliding windows and local/global hybrids included (those run
-one row per choice; families without windows run each group's choices packed in one row).
+one row per choice, except the short groups that fit their window: one packed pass; families without
+windows run each group's choices packed in one row).
 
 Tiny random models are built from each family's transformers config with a sliding window of 8
 tokens; prompts run several windows long and every batch mixes lengths. The reference is the
@@ -15,6 +16,7 @@ import logging
 
 import pytest
 
+from flasheval.engine.planning import runs_in_one_pass
 from flasheval.types import LoglikelihoodRequest
 from tests.engine.conftest import byte_tokenizer
 
@@ -30,13 +32,13 @@ CONTEXTS = ["", "Q", "abcdefghij" * 3, "The quick brown fox jumps over the lazy 
 CHOICES = [" yes", " no way at all", "!"]
 
 
-def _config(family: str):
-    """Tiny config of ``family``: 4 layers, sliding window 8 where the family has one."""
+def _config(family: str, window: int = WINDOW):
+    """Tiny config of ``family``: 4 layers, sliding window ``window`` (8) where the family has one."""
     common = dict(vocab_size=258, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=256, bos_token_id=256, eos_token_id=257,
                   pad_token_id=257)
-    sliding = dict(sliding_window=WINDOW)
-    hybrid = dict(sliding_window=WINDOW, layer_types=HYBRID)
+    sliding = dict(sliding_window=window)
+    hybrid = dict(sliding_window=window, layer_types=HYBRID)
     return {
         "llama": lambda: transformers.LlamaConfig(**common),
         "gemma": lambda: transformers.GemmaConfig(**common, head_dim=8),
@@ -74,9 +76,9 @@ def tokenizer():
 
 
 @functools.cache
-def _family_case(family: str):
+def _family_case(family: str, window: int = WINDOW):
     """The seeded tiny model of ``family`` and its unpadded reference (log-likelihood, greedy) per request."""
-    config = _config(family)
+    config = _config(family, window)
     torch.manual_seed(0)  # test fixture only
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     tokenizer = byte_tokenizer()
@@ -102,9 +104,31 @@ def test_padded_batches_equal_one_unpadded_pass_per_request(family, share_contex
     assert backend._pass.packed is (family in ("llama", "gemma"))
     plan = backend.plan_batches(requests)
     assert len(plan) > 2 and any(len({requests[i].context for i in batch}) > 1 for batch in plan)  # mixed lengths
+    if not backend._pass.packed:  # a sliding model: the groups that fit the window run one packed pass
+        groups = [g for batch in backend._batches(backend._items(requests)) for g in batch]
+        alone = [runs_in_one_pass(g, backend._pass.one_pass, backend._pass.window) for g in groups]
+        assert backend._pass.window == WINDOW and any(alone) is (not share_context) and not all(alone)
     results = backend.loglikelihood(requests)
     worst = max(abs(result.logprob_sum - expected) for result, (expected, _) in zip(results, references))
     assert worst <= 1e-4, f"{family}: max |shared - unpadded| = {worst:.2e}"
+    assert [r.is_greedy for r in results] == [greedy for _, greedy in references]
+
+
+@pytest.mark.parametrize("family", ["mistral", "gemma3_text"])
+def test_sliding_models_run_the_groups_that_fit_their_window_in_one_packed_pass(family, tokenizer):
+    """Window 32: contexts of up to 18 tokens and their choices (14 at most) fit it and run one packed pass under
+    one 4-D mask on every layer, the others one row per choice; both equal transformers' own windowed passes."""
+    model, references = _family_case(family, 32)
+    backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=2)
+    assert not backend._pass.packed and backend._pass.window == 32 and backend._pass.one_pass > 32
+    requests = _requests()
+    batches = backend._batches(backend._items(requests))
+    kinds = [{runs_in_one_pass(g, backend._pass.one_pass, 32) for g in batch} for batch in batches]
+    assert {True} in kinds and {False} in kinds and all(len(k) == 1 for k in kinds)  # both, never in one batch
+    assert sum(len(g.items) > 1 for batch, k in zip(batches, kinds) if k == {True} for g in batch) >= 2
+    results = backend.loglikelihood(requests)
+    worst = max(abs(result.logprob_sum - expected) for result, (expected, _) in zip(results, references))
+    assert worst <= 1e-4, f"{family}: max |engine - unpadded| = {worst:.2e}"
     assert [r.is_greedy for r in results] == [greedy for _, greedy in references]
 
 
@@ -153,3 +177,28 @@ def test_real_gemma3_long_prompts_equal_unpadded_passes(gemma3_backend, task_dir
         worst = max(worst, abs(result.logprob_sum - expected))
         assert result.is_greedy == greedy
     assert worst <= 1e-4, f"max |shared - unpadded| = {worst:.2e} over {len(requests)} choices"
+
+
+@pytest.mark.slow
+def test_real_gemma3_zero_shot_prompts_run_one_packed_pass_and_equal_unpadded_passes(gemma3_backend, task_dir):
+    """Gemma-3-270M (window 512): 0-shot HellaSwag and ARC-Easy prompts fit the window and run one packed pass."""
+    from dataclasses import replace
+
+    from flasheval.evaluation.selection import select_examples, task_requests
+
+    model, tokenizer, settings = gemma3_backend._model, gemma3_backend._tokenizer, gemma3_backend._pass
+    assert not settings.packed and settings.window == 512 and settings.one_pass > 100
+    requests = []
+    for selection in select_examples(["hellaswag", "arc_easy"], task_dir, n_examples=3, seed=1234):
+        selection = replace(selection, spec=replace(selection.spec, n_shots=0))
+        by_id = task_requests(selection, seed=1234, prefix_space=gemma3_backend.info.prefix_space)
+        requests.extend(r for rs in by_id.values() for r in rs)
+    groups = [g for batch in gemma3_backend._batches(gemma3_backend._items(requests)) for g in batch]
+    assert len(groups) == 6 and all(runs_in_one_pass(g, settings.one_pass, settings.window) for g in groups)
+    results = gemma3_backend.loglikelihood(requests)
+    worst = 0.0
+    for request, result in zip(requests, results):
+        expected, greedy = _unpadded_reference(model, tokenizer, request)
+        worst = max(worst, abs(result.logprob_sum - expected))
+        assert result.is_greedy == greedy
+    assert worst <= 1e-4, f"max |one pass - unpadded| = {worst:.2e} over {len(requests)} choices"

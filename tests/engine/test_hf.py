@@ -119,7 +119,7 @@ def _layout(backend: hf.HFBackend, packed: bool) -> hf.HFBackend:
     from dataclasses import replace
 
     assert backend._pass.packed  # the tiny Llama packs by default
-    backend._pass = replace(backend._pass, packed=packed)
+    backend._pass = replace(backend._pass, packed=packed, one_pass=backend._pass.one_pass if packed else 0)
     return backend
 
 

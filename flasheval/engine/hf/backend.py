@@ -36,20 +36,9 @@ from flasheval.engine.batching import ModelShape, auto_limits, default_token_bud
 from flasheval.engine.hf.forward import Scored, forward_shared, forward_unpadded, pass_settings
 from flasheval.engine.hf.generation import generate_batch, generation_batches
 from flasheval.engine.hf.packed import forward_packed
-from flasheval.engine.planning import (
-    Group,
-    Item,
-    batch_indices,
-    encode_context,
-    encode_continuation,
-    group_items,
-    group_unit,
-    pack_groups,
-    prefix_space,
-    request_items,
-    rolling_windows,
-    token_items,
-)
+from flasheval.engine.planning import (Group, Item, batch_indices, encode_context, encode_continuation, group_items,
+                                       group_unit, pack_groups, prefix_space, request_items, rolling_windows,
+                                       runs_in_one_pass, token_items)
 from flasheval.types import (
     GenerationRequest,
     GenerationResult,
@@ -217,7 +206,7 @@ class HFBackend:
             return [[group] for group in groups]
         return pack_groups(groups, max_rows=self._limits.max_rows, max_tokens=self._limits.max_tokens,
                            packed=self._packed, pad_multiple=self._pass.pad_multiple, one_pass=self._pass.one_pass,
-                           overhead=pass_overhead(self._limits.max_tokens, self._n_parameters))
+                           window=self._pass.window, overhead=pass_overhead(self._limits.max_tokens, self._n_parameters))
 
     @property
     def _packed(self) -> int | None:
@@ -330,7 +319,13 @@ class HFBackend:
         """Score the planned batches of ``items`` in order, handing each batch's results to ``finish``."""
         for batch in self._batches(items):
             finish(run_with_backoff(batch, self._forward, self._limits, split=Group.halves,
-                                    size=lambda g: group_unit(g, self._packed, self._pass.one_pass)))
+                                    size=self._unit))
+
+    def _unit(self, group: Group) -> tuple[int, int]:
+        """``(rows, padded length)`` of ``group`` in the layout it runs in (:func:`group_unit`)."""
+        if runs_in_one_pass(group, self._pass.one_pass, self._pass.window):
+            return group_unit(group, self._pass.pad_multiple, self._pass.one_pass)
+        return group_unit(group, self._packed)
 
     def _forward(self, groups: Sequence[Group]) -> list[Scored]:
         """One forward batch: a single group in unpadded passes, or the shared-context passes (timed)."""
@@ -339,7 +334,8 @@ class HFBackend:
             if self._unpadded:
                 scored = forward_unpadded(self._model, groups[0], self._pass)
             else:
-                scored = (forward_packed if self._pass.packed else forward_shared)(self._model, list(groups), self._pass)
+                run = forward_packed if self._pass.packed or self._pass.one_pass else forward_shared
+                scored = run(self._model, list(groups), self._pass)
         finally:  # a pass that ran out of memory still took the time
             self.forward_seconds += time.perf_counter() - start
         self.forward_tokens += sum(len(g.context) + sum(len(i.continuation) for i in g.items) for g in groups)

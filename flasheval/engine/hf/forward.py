@@ -3,9 +3,9 @@
 Three ways to run a batch of :class:`~flasheval.engine.planning.Group` s:
 
 - packed (:func:`~flasheval.engine.hf.packed.forward_packed`, models without sliding-window layers under
-  SDPA or eager attention; its own module);
-- shared (:func:`forward_shared`, sliding-window models): each context prefix once, then every choice in
-  its own row from the expanded key/value cache (the window masks transformers builds stay exact);
+  SDPA or eager attention, and the short groups of sliding-window ones that fit their window; its own module);
+- shared (:func:`forward_shared`, sliding-window models' other groups): each context prefix once, then every
+  choice in its own row from the expanded key/value cache (the window masks transformers builds stay exact);
 - unpadded (:func:`forward_unpadded`): one plain pass per item, for families whose padded batches are
   not tested exact.
 
@@ -24,7 +24,7 @@ from flasheval.engine.planning import Group, Item, padded_width
 from flasheval.errors import BackendError
 
 __all__ = ["Scored", "PassSettings", "PAD_MULTIPLE", "MIN_LOGIT_ROWS", "padded_width", "pass_settings", "keep_columns",
-           "score_logits", "check_finite", "forward_shared", "forward_unpadded", "packs_choices"]
+           "score_logits", "check_finite", "forward_shared", "forward_unpadded", "packs_choices", "one_pass_window"]
 
 Scored = tuple[Item, float, bool]
 """One scored item: the item, its summed log-likelihood, whether every token was the argmax."""
@@ -50,8 +50,12 @@ class PassSettings:
     packed: bool = False
     """Whether batches run :func:`~flasheval.engine.hf.packed.forward_packed` (:func:`packs_choices`), else :func:`forward_shared`."""
     one_pass: int = 0
-    """Packed only: groups whose context has at most this many tokens run in one forward pass
-    (:func:`~flasheval.engine.batching.one_pass_context` of the model's shape; 0: none)."""
+    """Groups whose context has at most this many tokens run in one packed forward pass
+    (:func:`~flasheval.engine.batching.one_pass_context` of the model's shape; 0: none), on a sliding-window
+    model only those that fit its ``window`` (:func:`~flasheval.engine.planning.runs_in_one_pass`)."""
+    window: int | None = None
+    """The sliding window of a model with sliding-window layers that runs short groups in one packed pass
+    (:func:`one_pass_window`); ``None`` otherwise."""
 
 
 PAD_MULTIPLE = 16
@@ -78,10 +82,36 @@ def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = 16) -> PassSet
     keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward_parameters), None)
     config = getattr(unwrap(model)[1], "config", None)
     packed = keep == "logits_to_keep" and packs_choices(config)
-    one_pass = one_pass_context(ModelShape.from_config(config, dtype_bytes=4), pad_multiple) if packed else 0
+    window = None if packed or keep != "logits_to_keep" else one_pass_window(config)
+    one = packed or window is not None
+    one_pass = one_pass_context(ModelShape.from_config(config, dtype_bytes=4), pad_multiple) if one else 0
     return PassSettings(device=input_device(model), pad_id=pad_id, cache_kw=cache_kw,
                         keep_one={} if keep is None else {keep: 1}, pad_multiple=pad_multiple, packed=packed,
-                        one_pass=one_pass)
+                        one_pass=one_pass, window=window)
+
+
+def one_pass_window(config: Any) -> int | None:
+    """The window a sliding-window model's one-pass rows must fit, or ``None`` where it runs none.
+
+    The one packed pass gives every layer the same ready 4-D mask; where a row is no longer than the window, no
+    window masks anything and that mask is exact on the sliding layers too. So: the ``sliding_window`` of a
+    model with sliding-window layers (:func:`packs_choices` false for that reason alone), attention SDPA or
+    eager, causal (not ``use_bidirectional_attention``).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as C
+    >>> one_pass_window(C(_attn_implementation="sdpa", sliding_window=512, layer_types=["sliding_attention"]))
+    512
+    >>> one_pass_window(C(_attn_implementation="sdpa")), one_pass_window(C(_attn_implementation="flash_attention_2",
+    ...                                                                    sliding_window=512))
+    (None, None)
+    """
+    if config is None or getattr(config, "_attn_implementation", None) not in ("sdpa", "eager") or packs_choices(config):
+        return None
+    window = getattr(config, "sliding_window", None)
+    causal = not getattr(config, "use_bidirectional_attention", False)
+    return window if isinstance(window, int) and window > 0 and causal else None
 
 
 def packs_choices(config: Any) -> bool:

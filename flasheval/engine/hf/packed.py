@@ -1,4 +1,4 @@
-"""The packed scoring passes of a Hugging Face causal LM (models without sliding-window layers, SDPA or eager).
+"""The packed scoring passes of a Hugging Face causal LM (SDPA or eager; sliding-window models: one pass only).
 
 :func:`forward_packed` scores a batch of groups (a context and its choices) in two forward passes or in one. Two
 (:func:`_two_passes`, long contexts): each whole context once, right-padded and without an attention mask (the
@@ -20,19 +20,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from flasheval.engine.hf.forward import MIN_LOGIT_ROWS, PassSettings, Scored, check_finite, padded_width
-from flasheval.engine.planning import Group, Item, segment_columns
+from flasheval.engine.hf.forward import MIN_LOGIT_ROWS, PassSettings, Scored, check_finite, forward_shared, padded_width
+from flasheval.engine.planning import Group, Item, runs_in_one_pass, segment_columns
 
 __all__ = ["forward_packed"]
 
 
 def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> list[Scored]:
-    """Score ``groups``: those whose context has at most ``settings.one_pass`` tokens in one pass (:func:`_one_pass`),
-    the others in two (:func:`_two_passes`). Which one a group takes depends on its context alone, never on its
-    companions (the planner keeps the two kinds in separate batches; a mixed batch runs as two)."""
-    one = [group for group in groups if len(group.context) <= settings.one_pass]
-    two = [group for group in groups if len(group.context) > settings.one_pass]
-    return (_two_passes(model, two, settings) if two else []) + (_one_pass(model, one, settings) if one else [])
+    """Score ``groups``: those whose context has at most ``settings.one_pass`` tokens (on a sliding-window model,
+    those that also fit its window: :func:`~flasheval.engine.planning.runs_in_one_pass`) in one pass
+    (:func:`_one_pass`), the others in two (:func:`_two_passes`; on a sliding-window model, one row per choice:
+    :func:`~flasheval.engine.hf.forward.forward_shared`). Which one a group takes depends on the group alone, never
+    on its companions (the planner keeps the kinds in separate batches; a mixed batch runs as two)."""
+    alone = [runs_in_one_pass(group, settings.one_pass, settings.window) for group in groups]
+    one = [group for group, a in zip(groups, alone) if a]
+    rest = [group for group, a in zip(groups, alone) if not a]
+    run_rest = _two_passes if settings.packed else forward_shared
+    return (run_rest(model, rest, settings) if rest else []) + (_one_pass(model, one, settings) if one else [])
 
 
 def _one_pass(model: Any, groups: list[Group], settings: PassSettings) -> list[Scored]:
