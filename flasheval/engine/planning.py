@@ -20,6 +20,7 @@ __all__ = [
     "Item",
     "Group",
     "runs_in_one_pass",
+    "split_at_window",
     "group_unit",
     "group_passes",
     "padded_width",
@@ -183,6 +184,34 @@ def runs_in_one_pass(group: Group, one_pass: int, window: int | None = None) -> 
     (True, False, True, False)
     """
     return len(group.context) <= one_pass and (window is None or group.length <= window)
+
+
+def split_at_window(groups: Sequence[Group], one_pass: int, window: int | None) -> list[Group]:
+    """On a model with sliding-window layers (``window``), each group whose context may run one pass
+    (:func:`runs_in_one_pass`) cut in two: its choices that fit the window with the context, and the others. Whether
+    a choice runs one pass then depends on the choice alone, never on a longer sibling (a resumed or split call
+    that asks for some choices of a context plans them as a full call does). Without a window: ``groups``.
+
+    Examples
+    --------
+    >>> g = Group(context=(1, 2), items=(Item(index=0, context=(1, 2), continuation=(5,)),
+    ...                                  Item(index=1, context=(1, 2), continuation=(5, 6, 7))))
+    >>> [[i.index for i in part.items] for part in split_at_window([g], one_pass=4, window=4)]
+    [[0], [1]]
+    >>> [[i.index for i in part.items] for part in split_at_window([g], one_pass=1, window=4)]
+    [[0, 1]]
+    """
+    if window is None:
+        return list(groups)
+    out = []
+    for group in groups:
+        fits = [len(group.context) + len(item.continuation) <= window for item in group.items]
+        if len(group.context) > one_pass or all(fits) or not any(fits):
+            out.append(group)
+            continue
+        out.extend(Group(context=group.context, items=tuple(i for i, f in zip(group.items, fits) if f is keep))
+                   for keep in (True, False))
+    return out
 
 
 def group_unit(group: Group, packed: int | None = None, one_pass: int = 0) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import logging
 
 import pytest
 
-from flasheval.engine.planning import runs_in_one_pass
+from flasheval.engine.planning import Group, runs_in_one_pass
 from flasheval.types import LoglikelihoodRequest
 from tests.engine.conftest import byte_tokenizer
 
@@ -70,6 +70,16 @@ def _unpadded_reference(model, tokenizer, request: LoglikelihoodRequest) -> tupl
     return total, all(rows[j].argmax().item() == t for j, t in enumerate(continuation))
 
 
+def _worst_against_unpadded(backend, requests: list[LoglikelihoodRequest]) -> float:
+    """The largest |engine - unpadded reference| over ``requests`` scored by ``backend``; every greedy flag equal."""
+    worst = 0.0
+    for request, result in zip(requests, backend.loglikelihood(requests)):
+        expected, greedy = _unpadded_reference(backend._model, backend._tokenizer, request)
+        worst = max(worst, abs(result.logprob_sum - expected))
+        assert result.is_greedy == greedy
+    return worst
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     return byte_tokenizer()
@@ -107,7 +117,7 @@ def test_padded_batches_equal_one_unpadded_pass_per_request(family, share_contex
     if not backend._pass.packed:  # a sliding model: the groups that fit the window run one packed pass
         groups = [g for batch in backend._batches(backend._items(requests)) for g in batch]
         alone = [runs_in_one_pass(g, backend._pass.one_pass, backend._pass.window) for g in groups]
-        assert backend._pass.window == WINDOW and any(alone) is (not share_context) and not all(alone)
+        assert backend._pass.window == WINDOW and any(alone) and not all(alone)
     results = backend.loglikelihood(requests)
     worst = max(abs(result.logprob_sum - expected) for result, (expected, _) in zip(results, references))
     assert worst <= 1e-4, f"{family}: max |shared - unpadded| = {worst:.2e}"
@@ -126,6 +136,14 @@ def test_sliding_models_run_the_groups_that_fit_their_window_in_one_packed_pass(
     kinds = [{runs_in_one_pass(g, backend._pass.one_pass, 32) for g in batch} for batch in batches]
     assert {True} in kinds and {False} in kinds and all(len(k) == 1 for k in kinds)  # both, never in one batch
     assert sum(len(g.items) > 1 for batch, k in zip(batches, kinds) if k == {True} for g in batch) >= 2
+    # a choice's layout is its own: planned with its siblings or alone, the same choices run one pass; and one
+    # context has choices of both kinds (its group cut at the window: planning.split_at_window)
+    one = {i.index for batch, k in zip(batches, kinds) if k == {True} for g in batch for i in g.items}
+    alone = {i.index for i in backend._items(requests)
+             if runs_in_one_pass(Group(context=i.context, items=(i,)), backend._pass.one_pass, 32)}
+    assert one == alone
+    assert any(0 < sum(r.context == context and i in one for i, r in enumerate(requests)) < len(CHOICES)
+               for context in CONTEXTS)
     results = backend.loglikelihood(requests)
     worst = max(abs(result.logprob_sum - expected) for result, (expected, _) in zip(results, references))
     assert worst <= 1e-4, f"{family}: max |engine - unpadded| = {worst:.2e}"
@@ -170,12 +188,7 @@ def test_real_gemma3_long_prompts_equal_unpadded_passes(gemma3_backend, task_dir
     assert len(chosen) == 2 and len({lengths[i] for i in chosen}) == 2  # mixed lengths: the batch is padded
     requests = [r for i in chosen for r in by_id[i]]
     assert len(gemma3_backend.plan_batches(requests)) == 1  # one batch: the shorter context padded to the longer
-    results = gemma3_backend.loglikelihood(requests)
-    worst = 0.0
-    for request, result in zip(requests, results):
-        expected, greedy = _unpadded_reference(model, tokenizer, request)
-        worst = max(worst, abs(result.logprob_sum - expected))
-        assert result.is_greedy == greedy
+    worst = _worst_against_unpadded(gemma3_backend, requests)
     assert worst <= 1e-4, f"max |shared - unpadded| = {worst:.2e} over {len(requests)} choices"
 
 
@@ -186,7 +199,7 @@ def test_real_gemma3_zero_shot_prompts_run_one_packed_pass_and_equal_unpadded_pa
 
     from flasheval.evaluation.selection import select_examples, task_requests
 
-    model, tokenizer, settings = gemma3_backend._model, gemma3_backend._tokenizer, gemma3_backend._pass
+    settings = gemma3_backend._pass
     assert not settings.packed and settings.window == 512 and settings.one_pass > 100
     requests = []
     for selection in select_examples(["hellaswag", "arc_easy"], task_dir, n_examples=3, seed=1234):
@@ -195,10 +208,5 @@ def test_real_gemma3_zero_shot_prompts_run_one_packed_pass_and_equal_unpadded_pa
         requests.extend(r for rs in by_id.values() for r in rs)
     groups = [g for batch in gemma3_backend._batches(gemma3_backend._items(requests)) for g in batch]
     assert len(groups) == 6 and all(runs_in_one_pass(g, settings.one_pass, settings.window) for g in groups)
-    results = gemma3_backend.loglikelihood(requests)
-    worst = 0.0
-    for request, result in zip(requests, results):
-        expected, greedy = _unpadded_reference(model, tokenizer, request)
-        worst = max(worst, abs(result.logprob_sum - expected))
-        assert result.is_greedy == greedy
+    worst = _worst_against_unpadded(gemma3_backend, requests)
     assert worst <= 1e-4, f"max |one pass - unpadded| = {worst:.2e} over {len(requests)} choices"

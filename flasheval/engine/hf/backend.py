@@ -38,7 +38,7 @@ from flasheval.engine.hf.generation import generate_batch, generation_batches
 from flasheval.engine.hf.packed import forward_packed
 from flasheval.engine.planning import (Group, Item, batch_indices, encode_context, encode_continuation, group_items,
                                        group_unit, pack_groups, prefix_space, request_items, rolling_windows,
-                                       runs_in_one_pass, token_items)
+                                       runs_in_one_pass, split_at_window, token_items)
 from flasheval.types import (
     GenerationRequest,
     GenerationResult,
@@ -201,7 +201,8 @@ class HFBackend:
 
     def _batches(self, items: Sequence[Item]) -> list[list[Group]]:
         """Group, truncate and sort ``items``, then pack the groups under the current limits."""
-        groups = group_items(items, max_length=self.max_length, share_context=self._share_context)
+        groups = split_at_window(group_items(items, max_length=self.max_length, share_context=self._share_context),
+                                 self._pass.one_pass, self._pass.window)
         if self._unpadded:
             return [[group] for group in groups]
         return pack_groups(groups, max_rows=self._limits.max_rows, max_tokens=self._limits.max_tokens,
