@@ -75,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     loaded = et.load(SimpleNamespace(dtype="float32", device="cpu"), args.model)
     backend = et.cell_backend(loaded, args.batch_size)
     if backend._packed is None:  # noqa: SLF001 - the planner's own setting
-        raise SystemExit(f"padding_columns.py: {args.model} does not run the packed pass (sliding-window layers)")
+        raise SystemExit(f"padding_columns.py: {args.model} has sliding-window layers: only its short groups run packed "
+                         "(one pass), and this count compares the packed layouts")
     multiple = backend._pass.pad_multiple  # noqa: SLF001
     print(f"{args.model}, batch {args.batch_size}, first {args.n_examples} examples, pad multiple {multiple}; "
           "columns run / real tokens (pass 1 + pass 2)")
