@@ -126,8 +126,8 @@ def test_padded_batches_equal_one_unpadded_pass_per_request(family, share_contex
 
 @pytest.mark.parametrize("family", ["mistral", "gemma3_text"])
 def test_sliding_models_run_the_groups_that_fit_their_window_in_one_packed_pass(family, tokenizer):
-    """Window 32: contexts of up to 18 tokens and their choices (14 at most) fit it and run one packed pass under
-    one 4-D mask on every layer, the others one row per choice; both equal transformers' own windowed passes."""
+    """Window 32: the choices that fit it with their context run one packed pass under one 4-D mask on every layer,
+    the others one row per choice; both equal transformers' own windowed passes."""
     model, references = _family_case(family, 32)
     backend = hf.HFBackend(model, tokenizer, fingerprint="x", batch_size=2)
     assert not backend._pass.packed and backend._pass.window == 32 and backend._pass.one_pass > 32
