@@ -66,8 +66,9 @@ def run(model, tokenizer, calls, packer: str) -> dict:
 
     least_cost = planning.pack_groups
 
-    def greedy(groups, *, max_rows, max_tokens, overhead, packed=None, pad_multiple=1):
-        units = [planning.group_unit(g, packed) for g in groups]
+    def greedy(groups, *, max_rows, max_tokens, overhead, packed=None, pad_multiple=1, one_pass=0, window=None):
+        units = [planning.layout_unit(g, packed=packed, pad_multiple=pad_multiple, one_pass=one_pass, window=window)
+                 for g in groups]
         return [[groups[i] for i in b] for b in pack_batches(units, max_rows=max_rows, max_tokens=max_tokens)]
 
     import flasheval.engine.hf.backend as hf

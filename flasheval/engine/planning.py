@@ -22,6 +22,7 @@ __all__ = [
     "runs_in_one_pass",
     "split_at_window",
     "group_unit",
+    "layout_unit",
     "group_passes",
     "padded_width",
     "segment_columns",
@@ -237,6 +238,20 @@ def group_unit(group: Group, packed: int | None = None, one_pass: int = 0) -> tu
     return 1, max(len(group.context), segments)
 
 
+def layout_unit(group: Group, *, packed: int | None, pad_multiple: int, one_pass: int = 0,
+                window: int | None = None) -> tuple[int, int]:
+    """:func:`group_unit` of ``group`` in the layout it runs in (one packed pass when :func:`runs_in_one_pass`, its
+    segments at ``packed`` or ``pad_multiple``): the size both :func:`pack_groups` and the out-of-memory back-off use.
+
+    >>> g = Group(context=(1, 2, 3), items=(Item(index=0, context=(1, 2, 3), continuation=(5,) * 20),))
+    >>> [layout_unit(g, packed=None, pad_multiple=16, one_pass=p, window=w) for p, w in ((3, None), (0, None), (3, 16))]
+    [(1, 22), (1, 23), (1, 23)]
+    """
+    if runs_in_one_pass(group, one_pass, window):
+        return group_unit(group, packed or pad_multiple, one_pass)
+    return group_unit(group, packed)
+
+
 def group_passes(group: Group, *, pad_multiple: int, packed: bool, one_pass: int = 0) -> list[tuple[int, int]]:
     """``(rows, padded width)`` of ``group`` in each of the two forward passes that score it.
 
@@ -325,7 +340,7 @@ def segment_columns(items: Sequence[Item], multiple: int) -> tuple[list[int | No
 
 def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, packed: int | None = None,
                 overhead: int, pad_multiple: int = 1, one_pass: int = 0, window: int | None = None) -> list[list[Group]]:
-    """Groups packed into batches under the row limit and token budget (each group's :func:`group_unit`) at the
+    """Groups packed into batches under the row limit and token budget (each group's :func:`layout_unit`) at the
     least padded cost (:func:`~flasheval.engine.batching.pack_least_cost` over :func:`group_passes`); a group is
     never split, and groups that run in one packed pass (:func:`runs_in_one_pass` with ``one_pass`` and
     ``window``; on a model that is not ``packed``, a sliding-window one, every other group runs one row per choice)
@@ -340,7 +355,8 @@ def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, pack
     passes = [group_passes(g, pad_multiple=width, packed=a or packed is not None, one_pass=one_pass if a else 0)
               for g, a in zip(groups, alone)]
     order = sorted(range(len(groups)), key=lambda k: (alone[k], -passes[k][0][1], -passes[k][1][1], k))
-    units = [group_unit(groups[k], width, one_pass) if alone[k] else group_unit(groups[k], packed) for k in order]
+    units = [layout_unit(groups[k], packed=packed, pad_multiple=pad_multiple, one_pass=one_pass, window=window)
+             for k in order]
     split = sum(not a for a in alone)  # the others first, then the one-pass groups: no batch mixes them
     if 0 < split < len(groups):
         return [*pack_groups([groups[k] for k in order[:split]], max_rows=max_rows, max_tokens=max_tokens,

@@ -37,8 +37,8 @@ from flasheval.engine.hf.forward import Scored, forward_shared, forward_unpadded
 from flasheval.engine.hf.generation import generate_batch, generation_batches
 from flasheval.engine.hf.packed import forward_packed
 from flasheval.engine.planning import (Group, Item, batch_indices, encode_context, encode_continuation, group_items,
-                                       group_unit, pack_groups, prefix_space, request_items, rolling_windows,
-                                       runs_in_one_pass, split_at_window, token_items)
+                                       layout_unit, pack_groups, prefix_space, request_items, rolling_windows,
+                                       split_at_window, token_items)
 from flasheval.types import (
     GenerationRequest,
     GenerationResult,
@@ -323,10 +323,9 @@ class HFBackend:
                                     size=self._unit))
 
     def _unit(self, group: Group) -> tuple[int, int]:
-        """``(rows, padded length)`` of ``group`` in the layout it runs in (:func:`group_unit`)."""
-        if runs_in_one_pass(group, self._pass.one_pass, self._pass.window):
-            return group_unit(group, self._pass.pad_multiple, self._pass.one_pass)
-        return group_unit(group, self._packed)
+        """``(rows, padded length)`` of ``group`` in the layout it runs in (:func:`layout_unit`)."""
+        return layout_unit(group, packed=self._packed, pad_multiple=self._pass.pad_multiple,
+                           one_pass=self._pass.one_pass, window=self._pass.window)
 
     def _forward(self, groups: Sequence[Group]) -> list[Scored]:
         """One forward batch: a single group in unpadded passes, or the shared-context passes (timed)."""
