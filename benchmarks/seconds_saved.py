@@ -47,8 +47,9 @@ Usage (repo root, ``FLASHEVAL_SHARED`` or ``../shared`` holding the task files):
 
 ``--quick`` (a smoke run of a few minutes): 20 examples per task and a pool of SmolLM2 and its noisy copies only.
 ``--small-pool``: that pool (SmolLM2 and its five noisy copies, 6 models) at the full size: Gemma-3 and Qwen2.5 cost
-3-4x SmolLM2's pass, so the first build takes about a third of the 8-model pool's (on 2 cores, 1,000 examples per
-task: roughly 40 minutes against 80). Held-out models and the two timed calls are the same.
+3-4x SmolLM2's pass, so the first build takes about half the 8-model pool's (on 2 cores, 1,000 examples per task:
+29 minutes measured, 253-268 s per noisy copy, against about an hour estimated). Held-out models and timed calls
+are the same.
 ``--profile FILE`` runs the first held-out model's first placement under ``cProfile`` (written to FILE).
 """
 
