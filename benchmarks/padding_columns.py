@@ -69,11 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--time-passes", action="store_true", help="run and time each pass at --batch-size and auto")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for --time-passes (default 1)")
+    parser.add_argument("--pad-multiple", type=int, default=16,
+                        help="the padded-width multiple planned and timed (default 16, the layouts' own; float32 "
+                             "runs at 1 by default: benchmarks/pad_multiple.py)")
     args = parser.parse_args(argv)
     from flasheval.evaluation.selection import select_examples, task_requests
 
     loaded = et.load(SimpleNamespace(dtype="float32", device="cpu"), args.model)
-    backend = et.cell_backend(loaded, args.batch_size)
+    backend = multiple_backend(loaded, args.batch_size, args.pad_multiple)
     if backend._packed is None:  # noqa: SLF001 - the planner's own setting
         raise SystemExit(f"padding_columns.py: {args.model} has sliding-window layers: only its short groups run packed "
                          "(one pass), and this count compares the packed layouts")
@@ -81,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{args.model}, batch {args.batch_size}, first {args.n_examples} examples, pad multiple {multiple}; "
           "columns run / real tokens (pass 1 + pass 2)")
     one_pass = backend._pass.one_pass  # noqa: SLF001
-    version6 = et.cell_backend(loaded, args.batch_size)
+    version6 = multiple_backend(loaded, args.batch_size, args.pad_multiple)
     version6._pass = replace(version6._pass, one_pass=0)  # noqa: SLF001 - the planner as it was: two passes always
     print(f"version 7 runs a context of at most {one_pass} tokens and its choices in one pass")
     print(f"{'task':12s} {'shots':>5s} {'real':>8s} {'version 5':>10s} {'version 6':>10s} {'version 7':>10s}")
@@ -97,11 +100,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             v7 = (c7["pass1"] + c7["pass2"]) / c7["real"]
             print(f"{selection.spec.name:12s} {shots:5d} {c['real']:8d} {v5:9.2f}x {v6:9.2f}x {v7:9.2f}x")
             if args.time_passes:
-                time_passes(loaded, requests, args.batch_size, args.threads)
+                time_passes(loaded, requests, args.batch_size, args.threads, args.pad_multiple)
     return 0
 
 
-def time_passes(loaded: object, requests: Sequence[object], batch_size: int, threads: int) -> None:
+def multiple_backend(loaded: object, batch_size: int | None, multiple: int) -> object:
+    """:func:`engine_throughput.cell_backend` at the padded-width multiple ``multiple``."""
+    from flasheval.engine.hf.backend import HFBackend
+
+    return HFBackend(loaded.model, loaded.tokenizer, fingerprint=loaded.fingerprint, batch_size=batch_size,
+                     max_length=loaded.max_length, pad_multiple=multiple)
+
+
+def time_passes(loaded: object, requests: Sequence[object], batch_size: int, threads: int, multiple: int = 16) -> None:
     """Run the batches the backend plans for ``requests`` at ``batch_size`` and at its automatic budget, once
     untimed, then once timed; print each pass's rows, padded columns (:func:`columns`), seconds, ms per column."""
     import time
@@ -110,7 +121,7 @@ def time_passes(loaded: object, requests: Sequence[object], batch_size: int, thr
 
     torch.set_num_threads(threads)
     for size in (batch_size, None):
-        backend = et.cell_backend(loaded, size)
+        backend = multiple_backend(loaded, size, multiple)
         batches = backend._batches(backend._items(requests))  # noqa: SLF001 - the planner's own batches
         for batch in batches:  # warm-up
             backend._forward(batch)  # noqa: SLF001

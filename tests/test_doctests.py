@@ -32,7 +32,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.engine.batching": 11,
     "flasheval.engine.hf.device_map": 9,
     "flasheval.engine.hf.fingerprint": 7,
-    "flasheval.engine.hf.forward": 1,
+    "flasheval.engine.hf.forward": 3,
     "flasheval.engine.hf.generation": 2,
     "flasheval.engine.hf.loading": 1,
     "flasheval.engine.hf.in_memory": 10,

@@ -107,11 +107,11 @@ def open_model(model: NamedModel | LoadedModel | BackendModel, *, dtype: str, de
                          field="--dtype")
     from flasheval.engine.base import SCORING_VERSION
     from flasheval.engine.hf.backend import HFBackend
-    from flasheval.engine.hf.forward import PAD_MULTIPLE
+    from flasheval.engine.hf.forward import compute_dtype, default_pad_multiple
     from flasheval.engine.hf.loading import model_settings
 
     length = int(max_length or getattr(model.module.config, "max_position_embeddings", None) or 2048)
-    settings = model_settings(model.module, pad_multiple=PAD_MULTIPLE)
+    settings = model_settings(model.module, pad_multiple=default_pad_multiple(compute_dtype(model.model)))
     key = {"max_length": length, "scoring_version": SCORING_VERSION}
     digest = None
     if model.identity is not None:  # without one the results serve this call only: nothing to tell apart

@@ -4,7 +4,9 @@ Each request is scored alone (batch of one), then in batches with other companio
 lengths and another order, and the two are compared. Without the padded-width rounding of
 :func:`~flasheval.engine.hf.forward.padded_width` (``pad_multiple=1``) the CPU attention kernels add a
 row's terms up in another order whenever its padding changes, and bf16 makes that visible: 0.12 to
-0.22 nats per choice on SmolLM2-135M, 6e-4 to 3e-3 on the tiny Llamas below.
+0.22 nats per choice on SmolLM2-135M, 6e-4 to 3e-3 on the tiny Llamas below. In float32 the effect is
+below the tolerance, and float32 runs without the rounding by default
+(:func:`~flasheval.engine.hf.forward.default_pad_multiple`): the float32 case below checks that default.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ def test_short_requests_score_the_same_alone_and_in_any_batch(tiny_peaky, dtype)
     model, tokenizer = tiny_peaky
     model = model.to(getattr(torch, dtype))
     try:
+        default = HFBackend(model, tokenizer, fingerprint="x")._pass.pad_multiple
+        assert default == (1 if dtype == "float32" else 16)  # the rounding where a 2-byte type needs it
         assert largest_batch_effect(model, tokenizer, _requests((1, 12))) <= 1e-4
         if dtype == "bfloat16":  # the test can fail: without the rounding it does
             assert largest_batch_effect(model, tokenizer, _requests((1, 12)), pad_multiple=1) > 1e-4

@@ -189,19 +189,21 @@ def test_generation_is_greedy_and_cut_at_stop_sequence(tiny):
     assert cut.text == plain[0].text[:2]
 
 
-def _padded_tokens(requests, batch, tokenizer, packed: bool) -> int:
-    """Rows x padded length of a planned batch, recomputed from the requests (independent of the planner).
+def _padded_tokens(requests, batch, tokenizer, packed: bool, one_pass: int) -> int:
+    """Rows x padded length of a planned batch, recomputed from the requests (independent of the planner), in
+    float32 (no rounding: pad multiple 1).
 
-    A row per choice: context + continuation. Packed: a row per context, as long as the context or, if
-    longer, its choices' inputs (all tokens but the last) each rounded up to 16."""
+    A row per choice: context + continuation. Packed: a row per context, its choices' inputs (all tokens but the
+    last) side by side, after the context when it has at most ``one_pass`` tokens, else in a row of their own."""
     def n(text: str, **kw) -> int:
         return len(tokenizer(text, **kw).input_ids)
 
     if not packed:
         return len(batch) * max((n(requests[i].context) or 1) + n(requests[i].continuation) for i in batch)
     contexts = {requests[i].context for i in batch}
-    widths = [max(n(c) or 1, sum(-(-(n(requests[i].continuation, add_special_tokens=False) - 1) // 16) * 16
-                                 for i in batch if requests[i].context == c)) for c in contexts]
+    inputs = {c: sum(n(requests[i].continuation, add_special_tokens=False) - 1 for i in batch
+                     if requests[i].context == c) for c in contexts}
+    widths = [(n(c) or 1) + inputs[c] if (n(c) or 1) <= one_pass else max(n(c) or 1, inputs[c]) for c in contexts]
     return len(contexts) * max(widths)
 
 
@@ -212,10 +214,11 @@ def test_token_budget_bounds_every_batch_and_keeps_results(tiny, packed):
     # one 4-choice group of the longest sequences (35 context + 15 continuation bytes); packed: 2 such contexts
     budget = 4 * 50 if not packed else 2 * 48
     backend = _layout(_backend(tiny, batch_size=32, max_batch_tokens=budget), packed)
+    assert backend._pass.pad_multiple == 1  # float32's default: no rounding
     plan = backend.plan_batches(requests)
     assert len(plan) > 1 and any(len({requests[i].example_id for i in batch}) > 1 for batch in plan)
     for batch in plan:  # a group is never split, so only a group over the budget by itself may exceed it
-        assert _padded_tokens(requests, batch, tiny[1], packed) <= budget
+        assert _padded_tokens(requests, batch, tiny[1], packed, backend._pass.one_pass) <= budget
     assert sorted(i for batch in plan for i in batch) == list(range(len(requests)))
     results = backend.loglikelihood(requests)
     assert [r.logprob_sum for r in results] == pytest.approx([r.logprob_sum for r in roomy], abs=1e-5)

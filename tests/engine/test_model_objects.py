@@ -164,3 +164,34 @@ def test_one_held_out_path_is_a_list_of_one(tmp_path):
             for held, out in ((tmp_path / "held.txt", "one"), ([str(tmp_path / "held.txt")], "listed"))]
     assert runs[0]["metrics"]["loss"] == runs[1]["metrics"]["loss"] and runs[0]["metrics"]["loss"] > 0
     assert runs[0]["validation"] == runs[1]["validation"] and runs[0]["validation"]
+
+
+def test_an_fsdp2_model_gathered_in_bf16_keeps_the_bf16_rounding(tmp_path):
+    """float32 parameters that FSDP2 gathers in bf16 (``MixedPrecisionPolicy(param_dtype=bfloat16)``) compute in
+    bf16: the batch-invariance rounding of a 2-byte type (pad multiple 16), not float32's 1, goes into the key."""
+    import torch
+    import torch.distributed as dist
+
+    fsdp = pytest.importorskip("torch.distributed.fsdp")
+    if not hasattr(fsdp, "fully_shard"):
+        pytest.skip("this torch has no FSDP2 (torch.distributed.fsdp.fully_shard)")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from flasheval.engine.hf.forward import compute_dtype
+    from flasheval.engine.hf.in_memory import LoadedModel
+    from flasheval.engine.loading import open_model
+
+    plain, tokenizer = tiny_model_and_tokenizer(seed=4)
+    sharded, _ = tiny_model_and_tokenizer(seed=4)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        policy = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+        fsdp.fully_shard(sharded, mesh=init_device_mesh("cpu", (1,)), mp_policy=policy)
+        assert next(sharded.parameters()).dtype == torch.float32
+        assert (compute_dtype(plain), compute_dtype(sharded)) == ("float32", "bfloat16")
+        backends = [open_model(LoadedModel(model=m, tokenizer=tokenizer, identity="run/step-1"), dtype="auto")
+                    for m in (plain, sharded)]
+        assert [b._pass.pad_multiple for b in backends] == [1, 16]
+        assert backends[0].fingerprint != backends[1].fingerprint
+    finally:
+        dist.destroy_process_group()

@@ -145,3 +145,13 @@ def test_an_old_shard_another_run_writes_is_left_to_a_later_run(tmp_path, caplog
     finally:
         os.close(held)
     assert adopt_shard(tmp_path, previous="old", fingerprint="new") == 1
+
+
+def test_the_pad_multiple_follows_the_dtype_and_keys_the_results(tiny_folder):
+    """No rounding in float32, 16 in a 2-byte type: planned from the dtype before any weight loads."""
+    from flasheval.engine.hf.loading import plan_hf_load
+
+    plans = {dtype: plan_hf_load(str(tiny_folder), dtype=dtype, device="cpu") for dtype in ("float32", "bfloat16")}
+    assert {d: p.settings.pad_multiple for d, p in plans.items()} == {"float32": 1, "bfloat16": 16}
+    assert plan_hf_load(str(tiny_folder), dtype="float32", device="cpu", pad_multiple=16).fingerprint != \
+        plans["float32"].fingerprint

@@ -33,7 +33,8 @@ from typing import Any
 from flasheval.engine.hf.backoff import Limits, run_with_backoff
 from flasheval.engine.base import BackendInfo, Collective, OnLoad, OnResults
 from flasheval.engine.batching import ModelShape, auto_limits, default_token_budget, pass_overhead
-from flasheval.engine.hf.forward import Scored, forward_shared, forward_unpadded, pass_settings
+from flasheval.engine.hf.forward import (Scored, compute_dtype, default_pad_multiple, forward_shared, forward_unpadded,
+                                        pass_settings)
 from flasheval.engine.hf.generation import generate_batch, generation_batches
 from flasheval.engine.hf.packed import forward_packed
 from flasheval.engine.planning import (Group, Item, batch_indices, encode_context, encode_continuation, group_items,
@@ -82,9 +83,10 @@ class HFBackend:
         when ``batch_size`` is given, else chosen for the device: a measured budget on a CPU, one from the
         free memory and the model's sizes on a GPU; see :mod:`flasheval.engine.batching`). Halved on out-of-memory.
     pad_multiple
-        Padded widths are rounded up to a multiple of this many tokens (default 16), so that a request's
-        sums do not depend on its companions (:func:`~flasheval.engine.hf.forward.padded_width`); 1 pads
-        to the longest row only. CPU attention on 512 keys or more blocks them by 512: 512 makes those
+        Padded widths are rounded up to a multiple of this many tokens, so that a request's sums do not depend
+        on its companions (:func:`~flasheval.engine.hf.forward.padded_width`); 1 pads to the longest row only.
+        Default: by the weights' dtype (:func:`~flasheval.engine.hf.forward.default_pad_multiple`: 16 in bf16
+        and fp16, 1 in float32). CPU attention on 512 keys or more blocks them by 512: 512 makes those
         batch-invariant too, at the cost of the padding.
     previous_fingerprint, source
         :class:`~flasheval.engine.base.BackendInfo`'s: the key to adopt, the spec the model was opened from.
@@ -109,7 +111,7 @@ class HFBackend:
         max_length: int | None = None,
         share_context: bool = True,
         max_batch_tokens: int | None = None,
-        pad_multiple: int = 16,
+        pad_multiple: int | None = None,
         previous_fingerprint: str | None = None,
         source: str | None = None,
     ) -> None:
@@ -117,7 +119,7 @@ class HFBackend:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_batch_tokens is not None and max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
-        if pad_multiple < 1:
+        if pad_multiple is not None and pad_multiple < 1:
             raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
         self._model = model
         self._tokenizer = tokenizer
@@ -140,7 +142,8 @@ class HFBackend:
         special = [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, 0]
         self._start_id = next(t for t in special if t is not None)
         pad_id = next(t for t in [tokenizer.pad_token_id, tokenizer.eos_token_id, 0] if t is not None)
-        self._pass = pass_settings(model, pad_id=pad_id, pad_multiple=pad_multiple)
+        multiple = default_pad_multiple(compute_dtype(model)) if pad_multiple is None else pad_multiple
+        self._pass = pass_settings(model, pad_id=pad_id, pad_multiple=multiple)
         rows, tokens = _initial_limits(model, self._pass.device, batch_size, max_batch_tokens)
         self._limits = Limits(max_rows=rows, max_tokens=tokens, on_cuda=self._pass.device.type == "cuda")
         self.forward_seconds = 0.0

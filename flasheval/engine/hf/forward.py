@@ -23,8 +23,14 @@ from flasheval.engine.batching import ModelShape, one_pass_context
 from flasheval.engine.planning import Group, Item, padded_width
 from flasheval.errors import BackendError
 
-__all__ = ["Scored", "PassSettings", "PAD_MULTIPLE", "MIN_LOGIT_ROWS", "padded_width", "pass_settings", "keep_columns",
+__all__ = ["Scored", "PassSettings", "PAD_MULTIPLE", "default_pad_multiple", "compute_dtype", "MIN_LOGIT_ROWS",
+           "padded_width", "pass_settings", "keep_columns",
            "score_logits", "check_finite", "forward_shared", "forward_unpadded", "packs_choices", "one_pass_window"]
+
+PAD_MULTIPLE = 16
+"""The padded-width multiple of a model that computes in a 2-byte float type (:func:`default_pad_multiple`,
+:func:`padded_width`); part of its fingerprint."""
+
 
 Scored = tuple[Item, float, bool]
 """One scored item: the item, its summed log-likelihood, whether every token was the argmax."""
@@ -44,7 +50,7 @@ class PassSettings:
     keep_one: dict[str, int] = field(default_factory=dict)
     """Forward keyword that keeps the logits of one position only (empty when the model has none). The same
     keyword, given a 1-D tensor of columns, keeps those columns' logits: the continuation pass's scored ones."""
-    pad_multiple: int = 16
+    pad_multiple: int = PAD_MULTIPLE
     """Padded widths (the context prefixes', the continuations') are rounded up to a multiple of this
     (:func:`padded_width`), so a row's real tokens sit at the same offsets modulo it whatever its companions."""
     packed: bool = False
@@ -58,8 +64,38 @@ class PassSettings:
     (:func:`one_pass_window`); ``None`` otherwise."""
 
 
-PAD_MULTIPLE = 16
-"""The padded-width multiple models are loaded with (:func:`padded_width`); part of their fingerprint."""
+def default_pad_multiple(dtype: str | None) -> int:
+    """The padded-width multiple a model computing in ``dtype`` (``"float32"``, ...; ``None``: unknown) runs at
+    unless told: :data:`PAD_MULTIPLE` in bf16, fp16 and anything else, 1 (no rounding) in float32 and float64.
+
+    In a 2-byte type the rounding is what keeps a request's sums independent of its companions (bf16 SmolLM2: up to
+    0.22 nats without it). In float32 it buys nothing measurable on a real model: SmolLM2-135M's largest batch
+    effect is 5.5e-5 nats with it and 5.3e-5 without (the attention kernel's own float32 floor), while a 0-shot
+    prompt of 21 tokens ran 32 columns or more (``docs/engine.md``, "Batch invariance").
+
+    >>> default_pad_multiple("bfloat16"), default_pad_multiple("float16"), default_pad_multiple("float32")
+    (16, 16, 1)
+    """
+    return 1 if dtype in ("float32", "float64") else PAD_MULTIPLE
+
+
+def compute_dtype(model: Any) -> str | None:
+    """The float type ``model``'s matrix products run in, as :func:`default_pad_multiple` takes it: the
+    ``param_dtype`` of an FSDP wrapper's mixed-precision policy where it sets one (float32 parameters gathered in
+    bf16; FSDP1's ``mixed_precision``, FSDP2's ``fully_shard(mp_policy=...)``, read only), else its first
+    parameter's dtype (``None``: no parameters).
+
+    >>> import torch
+    >>> compute_dtype(torch.nn.Linear(2, 2)), compute_dtype(torch.nn.Linear(2, 2).bfloat16())
+    ('float32', 'bfloat16')
+    """
+    policy = getattr(model, "mixed_precision", None)
+    if policy is None and callable(getattr(model, "_get_fsdp_state", None)):
+        policy = getattr(model._get_fsdp_state(), "_mp_policy", None)  # noqa: SLF001 - FSDP2 keeps it there
+    gathered = getattr(policy, "param_dtype", None)
+    first = next(iter(model.parameters()), None)
+    dtype = gathered if gathered is not None else None if first is None else first.dtype
+    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 MIN_LOGIT_ROWS = 16
 """Positions a pass keeps logits for at the least (more columns than the scored ones when a pass scores fewer):
@@ -67,7 +103,7 @@ the CPU's float32 matrix product gives a row other last bits when it has fewer t
 layer: 3e-6 per logit, 1.5e-5 nats per choice), and a request's sums must not depend on its companions."""
 
 
-def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = 16) -> PassSettings:
+def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = PAD_MULTIPLE) -> PassSettings:
     """Read the input device and the forward signature of ``model``."""
     from flasheval.engine.hf.device_map import input_device
     from flasheval.engine.hf.in_memory import unwrap
@@ -84,7 +120,9 @@ def pass_settings(model: Any, *, pad_id: int, pad_multiple: int = 16) -> PassSet
     packed = keep == "logits_to_keep" and packs_choices(config)
     window = None if packed or keep != "logits_to_keep" else one_pass_window(config)
     one = packed or window is not None
-    one_pass = one_pass_context(ModelShape.from_config(config, dtype_bytes=4), pad_multiple) if one else 0
+    # The layout's limit, counted at the 16-column block whatever the padding multiple: without rounding the two
+    # packed layouts pad alike, and a sliding-window model's other layout is one row per choice (docs/engine.md).
+    one_pass = one_pass_context(ModelShape.from_config(config, dtype_bytes=4), PAD_MULTIPLE) if one else 0
     return PassSettings(device=input_device(model), pad_id=pad_id, cache_kw=cache_kw,
                         keep_one={} if keep is None else {keep: 1}, pad_multiple=pad_multiple, packed=packed,
                         one_pass=one_pass, window=window)

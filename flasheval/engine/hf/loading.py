@@ -22,7 +22,7 @@ from flasheval.checks import LOAD_DTYPES
 from flasheval.engine.hf.device_map import DeviceMap, ProcessLayout
 from flasheval.engine.hf.fingerprint import RunSettings
 from flasheval.engine.hf.backend import HFBackend
-from flasheval.engine.hf.forward import PAD_MULTIPLE
+from flasheval.engine.hf.forward import compute_dtype, default_pad_multiple
 from flasheval.errors import BackendError
 
 __all__ = ["DTYPES", "HFLoadPlan", "plan_hf_load", "run_settings", "model_settings", "load_tokenizer",
@@ -110,12 +110,13 @@ def plan_hf_load(
     device: str = "auto",
     max_length: int | None = None,
     device_map: DeviceMap | None = None,
-    pad_multiple: int = PAD_MULTIPLE,
+    pad_multiple: int | None = None,
     layout: ProcessLayout | None = None,
 ) -> HFLoadPlan:
     """Resolve device and dtype, read the config and compute the fingerprint, without loading any weights.
 
-    Arguments as for :func:`load_hf_backend` (``pad_multiple``: see :class:`~flasheval.engine.hf.backend.HFBackend`;
+    Arguments as for :func:`load_hf_backend` (``pad_multiple``: see :class:`~flasheval.engine.hf.backend.HFBackend`,
+    ``None``: by the resolved dtype;
     ``layout``: this process among those scoring together, for ``device="auto"`` and a device map's GPU slice);
     raises the same one-line :class:`BackendError` s for a
     missing path, an unreadable config or an unpinned hub model (and an ``InputError`` for a device map
@@ -160,7 +161,8 @@ def plan_hf_load(
                     content_digest=path_digest(path / gguf_file if gguf_file else path) if is_local else None,
                     revision=commit, dtype=dtype_name, max_length=resolved_max, scoring_version=SCORING_VERSION)
     n_parameters, attention = _empty_copy(config, source)
-    settings = run_settings(device=torch_device, attn_implementation=attention, pad_multiple=pad_multiple)
+    multiple = default_pad_multiple(dtype_name) if pad_multiple is None else pad_multiple
+    settings = run_settings(device=torch_device, attn_implementation=attention, pad_multiple=multiple)
     return HFLoadPlan(source=source, gguf_file=gguf_file, revision=revision, device=torch_device,
                       torch_dtype=torch_dtype, dtype_name=dtype_name, max_length=resolved_max,
                       fingerprint=model_fingerprint(**identity, settings=settings),
@@ -180,11 +182,14 @@ def run_settings(*, device: Any, attn_implementation: str, pad_multiple: int) ->
                        pad_multiple=pad_multiple)
 
 
-def model_settings(model: Any, *, pad_multiple: int = PAD_MULTIPLE) -> RunSettings:
+def model_settings(model: Any, *, pad_multiple: int | None = None) -> RunSettings:
     """The run settings of a model already loaded (one the caller holds): where its inputs go, the attention
-    transformers gave it, this process's libraries."""
+    transformers gave it, this process's libraries; ``pad_multiple`` ``None``: its weights' dtype's
+    (:func:`~flasheval.engine.hf.forward.default_pad_multiple`)."""
     from flasheval.engine.hf.device_map import input_device
 
+    if pad_multiple is None:
+        pad_multiple = default_pad_multiple(compute_dtype(model))
     return run_settings(device=input_device(model), attn_implementation=model.config._attn_implementation,
                         pad_multiple=pad_multiple)
 
