@@ -19,6 +19,9 @@ Usage (repo root; a reference and a placement record made by ``benchmarks/second
     python benchmarks/stage_calls.py --reference runs/seconds_saved/gguf/refs/seconds \\
         --record runs/seconds_saved/gguf/run-1/place/place.json \\
         --model runs/seconds_saved/gguf/models/smollm2-135m-noise0.125-float32 [--repeats 1] [--stages 7]
+
+``--columns`` runs no forward pass: it prints the columns the planner's batches run per real token, for the stage
+calls and for one call, at pad multiples 16 (bf16's) and 1 (float32's).
 """
 
 from __future__ import annotations
@@ -89,6 +92,24 @@ def run(model, tokenizer, calls, packer: str) -> dict:
             "batches": n_batches, "logprobs": [r.logprob_sum for r in results]}
 
 
+def column_count(model, tokenizer, calls, multiple: int) -> tuple[float, int]:
+    """Columns the planner's batches run over the real tokens (``padding_columns.columns``) over ``calls``, each
+    planned on its own as the backend plans it, at pad multiple ``multiple``; and the number of batches."""
+    from flasheval.engine.hf.backend import HFBackend
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from padding_columns import columns
+
+    backend = HFBackend(model, tokenizer, fingerprint="stage-calls", pad_multiple=multiple)
+    real = run = n_batches = 0
+    for c in calls:
+        batches = backend._batches(backend._items(c))  # noqa: SLF001 - the planner's own batches
+        counted = columns(batches, multiple, backend._pass.one_pass)  # noqa: SLF001
+        real, run = real + counted["real"], run + counted["pass1"] + counted["pass2"]
+        n_batches += len(batches)
+    return run / real, n_batches
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="stage_calls.py", description=__doc__.split("\n")[0])
     p.add_argument("--reference", type=Path, required=True)
@@ -97,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", type=int, help="replay only the first N stages")
     p.add_argument("--repeats", type=int, default=1, help="pairs of runs per packer and call shape")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--columns", action="store_true",
+                   help="no forward pass: columns per real token, stage calls and one call, pad multiples 16 and 1")
     args = p.parse_args(argv)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -108,6 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     shapes = {"stages": stages, "one call": [[r for s in stages for r in s]]}
     print(f"stage_calls: {len(stages)} stages, {sum(map(len, stages))} requests, {args.model.name}, "
           f"torch threads {torch.get_num_threads()}", flush=True)
+    if args.columns:
+        for multiple in (16, 1):
+            counts = {shape: column_count(model, tokenizer, calls, multiple) for shape, calls in shapes.items()}
+            print(f"  pad multiple {multiple:2d}: columns per real token, stage calls {counts['stages'][0]:.3f} "
+                  f"({counts['stages'][1]} batches), one call {counts['one call'][0]:.3f} ({counts['one call'][1]} "
+                  "batches)")
+        return 0
     seconds: dict[tuple[str, str], list[float]] = {}
     for repeat in range(args.repeats):
         for shape, calls in shapes.items():

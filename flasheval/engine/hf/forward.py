@@ -69,9 +69,9 @@ def default_pad_multiple(dtype: str | None) -> int:
     unless told: :data:`PAD_MULTIPLE` in bf16, fp16 and anything else, 1 (no rounding) in float32 and float64.
 
     In a 2-byte type the rounding is what keeps a request's sums independent of its companions (bf16 SmolLM2: up to
-    0.22 nats without it). In float32 it buys nothing measurable on a real model: SmolLM2-135M's largest batch
-    effect is 5.5e-5 nats with it and 5.3e-5 without (the attention kernel's own float32 floor), while a 0-shot
-    prompt of 21 tokens ran 32 columns or more (``docs/engine.md``, "Batch invariance").
+    0.22 nats without it). In float32 it moves no bound on a real model: SmolLM2-135M's largest batch effect is
+    5.5e-5 nats with it and 5.3-6.2e-5 without (the attention kernel's own float32 floor; more choices move, by as
+    little), while a 0-shot prompt of 21 tokens ran 32 columns or more (``docs/engine.md``, "Batch invariance").
 
     >>> default_pad_multiple("bfloat16"), default_pad_multiple("float16"), default_pad_multiple("float32")
     (16, 16, 1)
@@ -96,6 +96,7 @@ def compute_dtype(model: Any) -> str | None:
     first = next(iter(model.parameters()), None)
     dtype = gathered if gathered is not None else None if first is None else first.dtype
     return None if dtype is None else str(dtype).removeprefix("torch.")
+
 
 MIN_LOGIT_ROWS = 16
 """Positions a pass keeps logits for at the least (more columns than the scored ones when a pass scores fewer):
