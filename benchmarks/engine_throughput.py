@@ -402,13 +402,14 @@ def report(runs: list[TaskRun], *, n_parameters: int, limit: float, peak: float 
     return rows[-1]
 
 
-def cell_backend(loaded: Any, batch_size: int | None) -> Any:
+def cell_backend(loaded: Any, batch_size: int | None, pad_multiple: int | None = None) -> Any:
     """flasheval's backend at ``batch_size`` rows per pass (``None``: its automatic budget) around ``loaded``'s
-    torch module and tokenizer: every cell of a model scores the same loaded weights."""
+    torch module and tokenizer: every cell of a model scores the same loaded weights. ``pad_multiple``: the
+    engine's padded-width multiple (``None``: its default for the dtype)."""
     from flasheval.engine.hf.backend import HFBackend
 
     return HFBackend(loaded.model, loaded.tokenizer, fingerprint=loaded.fingerprint, batch_size=batch_size,
-                     max_length=loaded.max_length)
+                     max_length=loaded.max_length, pad_multiple=pad_multiple)
 
 
 def run_cell(args: argparse.Namespace, model: str, loaded: Any, *, shots: int, batch_size: int | None) -> dict[str, Any]:

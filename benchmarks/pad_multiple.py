@@ -52,17 +52,10 @@ def requests_of(tasks: str, n_examples: int, seed: int, shots: int | None) -> di
     return out
 
 
-def backend(loaded: object, multiple: int, batch_size: int | None = None) -> object:
-    from flasheval.engine.hf.backend import HFBackend
-
-    return HFBackend(loaded.model, loaded.tokenizer, fingerprint="x", batch_size=batch_size,
-                     max_length=loaded.max_length, pad_multiple=multiple)
-
-
 def batch_effect(loaded: object, requests: Sequence[object], multiple: int) -> tuple[float, int]:
     """Largest |log-likelihood in a batch - alone| over four batchings, and the most choices any of them moved."""
     def run(batch_size: int | None, order: Sequence[object]) -> dict[tuple[str, str, int], float]:
-        scored = backend(loaded, multiple, batch_size).loglikelihood(list(order))
+        scored = et.cell_backend(loaded, batch_size, multiple).loglikelihood(list(order))
         return {(r.task_name, r.example_id, r.choice_index): x.logprob_sum for r, x in zip(order, scored)}
 
     alone: dict[tuple[str, str, int], float] = {}
@@ -79,7 +72,7 @@ def columns_per_token(loaded: object, requests: Sequence[object], multiple: int)
     """Columns the automatic budget's batches run (pass 1 + pass 2 as they run) over the real tokens."""
     from padding_columns import columns
 
-    b = backend(loaded, multiple)
+    b = et.cell_backend(loaded, None, multiple)
     c = columns(b._batches(b._items(list(requests))), multiple, b._pass.one_pass)  # noqa: SLF001 - the planner's
     return (c["pass1"] + c["pass2"]) / c["real"]
 
@@ -113,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds: dict[int, list[float]] = {m: [] for m in MULTIPLES}
         for _ in range(args.repeats):
             for m in MULTIPLES:
-                b = backend(loaded, m)
+                b = et.cell_backend(loaded, None, m)
                 started = time.perf_counter()
                 b.loglikelihood(requests)
                 seconds[m].append(time.perf_counter() - started)

@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from flasheval.evaluation.selection import select_examples, task_requests
 
     loaded = et.load(SimpleNamespace(dtype="float32", device="cpu"), args.model)
-    backend = multiple_backend(loaded, args.batch_size, args.pad_multiple)
+    backend = et.cell_backend(loaded, args.batch_size, args.pad_multiple)
     if backend._packed is None:  # noqa: SLF001 - the planner's own setting
         raise SystemExit(f"padding_columns.py: {args.model} has sliding-window layers: only its short groups run packed "
                          "(one pass), and this count compares the packed layouts")
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{args.model}, batch {args.batch_size}, first {args.n_examples} examples, pad multiple {multiple}; "
           "columns run / real tokens (pass 1 + pass 2)")
     one_pass = backend._pass.one_pass  # noqa: SLF001
-    version6 = multiple_backend(loaded, args.batch_size, args.pad_multiple)
+    version6 = et.cell_backend(loaded, args.batch_size, args.pad_multiple)
     version6._pass = replace(version6._pass, one_pass=0)  # noqa: SLF001 - the planner as it was: two passes always
     print(f"version 7 runs a context of at most {one_pass} tokens and its choices in one pass")
     print(f"{'task':12s} {'shots':>5s} {'real':>8s} {'version 5':>10s} {'version 6':>10s} {'version 7':>10s}")
@@ -104,14 +104,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def multiple_backend(loaded: object, batch_size: int | None, multiple: int) -> object:
-    """:func:`engine_throughput.cell_backend` at the padded-width multiple ``multiple``."""
-    from flasheval.engine.hf.backend import HFBackend
-
-    return HFBackend(loaded.model, loaded.tokenizer, fingerprint=loaded.fingerprint, batch_size=batch_size,
-                     max_length=loaded.max_length, pad_multiple=multiple)
-
-
 def time_passes(loaded: object, requests: Sequence[object], batch_size: int, threads: int, multiple: int = 16) -> None:
     """Run the batches the backend plans for ``requests`` at ``batch_size`` and at its automatic budget, once
     untimed, then once timed; print each pass's rows, padded columns (:func:`columns`), seconds, ms per column."""
@@ -121,7 +113,7 @@ def time_passes(loaded: object, requests: Sequence[object], batch_size: int, thr
 
     torch.set_num_threads(threads)
     for size in (batch_size, None):
-        backend = multiple_backend(loaded, size, multiple)
+        backend = et.cell_backend(loaded, size, multiple)
         batches = backend._batches(backend._items(requests))  # noqa: SLF001 - the planner's own batches
         for batch in batches:  # warm-up
             backend._forward(batch)  # noqa: SLF001

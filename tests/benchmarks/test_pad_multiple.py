@@ -17,7 +17,7 @@ def test_batch_effect_and_columns_on_the_tiny_llama():
     model, tokenizer = tiny_model_and_tokenizer(seed=0, max_positions=2048)
     with torch.no_grad():
         model.lm_head.weight.mul_(4.0)  # logits over several nats: bf16 rounding shows
-    loaded = SimpleNamespace(model=model.to(torch.bfloat16), tokenizer=tokenizer, max_length=2048)
+    loaded = SimpleNamespace(model=model.to(torch.bfloat16), tokenizer=tokenizer, max_length=2048, fingerprint="x")
     requests = _requests((1, 12))
     largest, moved = pm.batch_effect(loaded, requests, 16)
     assert (largest, moved) == (0.0, 0)

@@ -22,7 +22,7 @@ from flasheval.checks import LOAD_DTYPES
 from flasheval.engine.hf.device_map import DeviceMap, ProcessLayout
 from flasheval.engine.hf.fingerprint import RunSettings
 from flasheval.engine.hf.backend import HFBackend
-from flasheval.engine.hf.forward import compute_dtype, default_pad_multiple
+from flasheval.engine.hf.forward import default_pad_multiple
 from flasheval.errors import BackendError
 
 __all__ = ["DTYPES", "HFLoadPlan", "plan_hf_load", "run_settings", "model_settings", "load_tokenizer",
@@ -182,14 +182,11 @@ def run_settings(*, device: Any, attn_implementation: str, pad_multiple: int) ->
                        pad_multiple=pad_multiple)
 
 
-def model_settings(model: Any, *, pad_multiple: int | None = None) -> RunSettings:
+def model_settings(model: Any, *, pad_multiple: int) -> RunSettings:
     """The run settings of a model already loaded (one the caller holds): where its inputs go, the attention
-    transformers gave it, this process's libraries; ``pad_multiple`` ``None``: its weights' dtype's
-    (:func:`~flasheval.engine.hf.forward.default_pad_multiple`)."""
+    transformers gave it, this process's libraries."""
     from flasheval.engine.hf.device_map import input_device
 
-    if pad_multiple is None:
-        pad_multiple = default_pad_multiple(compute_dtype(model))
     return run_settings(device=input_device(model), attn_implementation=model.config._attn_implementation,
                         pad_multiple=pad_multiple)
 
