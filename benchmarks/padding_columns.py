@@ -46,12 +46,14 @@ def columns(batches: Sequence[Sequence[object]], multiple: int, one_pass: int = 
     every group; a context of at most ``one_pass`` tokens runs in one pass, version 7), and pass 2 under version 5's
     (every segment on a block edge)."""
     from flasheval.engine.planning import group_passes, padded_width
+    from flasheval.engine.rows import row_layout
 
     out = {"real": 0, "pass1": 0, "pass2": 0, "pass2_v5": 0}
     for batch in batches:
         out["real"] += sum(len(g.context) + sum(len(i.continuation) - 1 for i in g.items) for g in batch)
         passes = [group_passes(g, pad_multiple=multiple, packed=True, one_pass=one_pass) for g in batch]
-        out["pass1"] += len(batch) * max(p[0][1] for p in passes)
+        one = all(len(g.context) <= one_pass for g in batch)  # several groups to a row (rows.row_layout)
+        out["pass1"] += (row_layout([p[0][1] for p in passes])[0] if one else len(batch)) * max(p[0][1] for p in passes)
         out["pass2"] += sum(1 for p in passes if p[1][0]) * max(p[1][1] for p in passes)
         v5 = [sum(padded_width(len(i.continuation) - 1, multiple) for i in g.items) for g in batch]
         out["pass2_v5"] += sum(1 for w in v5 if w) * max(v5)

@@ -12,7 +12,7 @@ limit or token budget, ``batching.pack_batches``, the engine's packing before th
 (``batching.pack_least_cost``, the engine's packing now). Runs alternate (greedy first in even repeats, least-cost
 first in odd ones) so that a drift of the shared machine's load falls on both. Prints wall seconds, forward seconds, tokens/s
 and batches per run, the medians, and the ratio least-cost / greedy; checks that both packers give the same
-log-likelihoods (batch invariance) within 1e-4.
+log-likelihoods (batch invariance) within 1e-3 (float32's floor at pad multiple 1 reaches 1.9e-4).
 
 Usage (repo root; a reference and a placement record made by ``benchmarks/seconds_saved.py``)::
 
@@ -70,7 +70,7 @@ def run(model, tokenizer, calls, packer: str) -> dict:
     least_cost = planning.pack_groups
 
     def greedy(groups, *, max_rows, max_tokens, overhead, packed=None, pad_multiple=1, one_pass=0, window=None):
-        units = [planning.layout_unit(g, packed=packed, pad_multiple=pad_multiple, one_pass=one_pass, window=window)
+        units = [planning.batch_shape([g], packed=packed, pad_multiple=pad_multiple, one_pass=one_pass, window=window)
                  for g in groups]
         return [[groups[i] for i in b] for b in pack_batches(units, max_rows=max_rows, max_tokens=max_tokens)]
 
@@ -151,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['tokens']} tokens, {r['tokens'] / r['seconds']:.0f} tokens/s, {r['batches']} batches",
                       flush=True)
             worst = max(abs(a - b) for a, b in zip(runs["greedy"]["logprobs"], runs["least-cost"]["logprobs"]))
-            assert worst <= 1e-4, f"packers disagree by {worst:.2e} nats"
+            # float32 at pad multiple 1: companions move a sum by the float32 floor, 1.9e-4 nats at most on the noisy
+            # copies' 5,546 requests (the same before and after several groups per row); a wrong layout moves nats
+            assert worst <= 1e-3, f"packers disagree by {worst:.2e} nats"
             print(f"  {shape}: largest |greedy - least-cost| log-likelihood {worst:.1e} nats", flush=True)
     print("\nmedian seconds (greedy = the peer)")
     for shape in shapes:

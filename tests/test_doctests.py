@@ -39,6 +39,7 @@ EXAMPLES: dict[str, int] = {
     "flasheval.engine.store.journal": 5,
     "flasheval.engine.hf.mixed_precision": 5,
     "flasheval.engine.planning": 6,
+    "flasheval.engine.rows": 4,
     "flasheval.engine.specs": 3,
     "flasheval.engine.store.adoption": 7,
     "flasheval.engine.store.shards": 11,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flasheval.engine.batching import pack_least_cost
+from flasheval.engine.rows import fill_rows, row_layout
 from flasheval.errors import BackendError
 from flasheval.types import LoglikelihoodRequest
 
@@ -22,7 +23,7 @@ __all__ = [
     "runs_in_one_pass",
     "split_at_window",
     "group_unit",
-    "layout_unit",
+    "batch_shape",
     "group_passes",
     "padded_width",
     "segment_columns",
@@ -178,8 +179,6 @@ def runs_in_one_pass(group: Group, one_pass: int, window: int | None = None) -> 
     model with sliding-window layers (``window``: their window; ``None``: none), its longest sequence fits the
     window, where no window masks anything and the pass's one 4-D mask is exact on every layer.
 
-    Examples
-    --------
     >>> g = Group(context=(1, 2, 3), items=(Item(index=0, context=(1, 2, 3), continuation=(5, 6)),))
     >>> runs_in_one_pass(g, 3), runs_in_one_pass(g, 2), runs_in_one_pass(g, 3, window=5), runs_in_one_pass(g, 3, window=4)
     (True, False, True, False)
@@ -193,8 +192,6 @@ def split_at_window(groups: Sequence[Group], one_pass: int, window: int | None) 
     a choice runs one pass then depends on the choice alone, never on a longer sibling (a resumed or split call
     that asks for some choices of a context plans them as a full call does). Without a window: ``groups``.
 
-    Examples
-    --------
     >>> g = Group(context=(1, 2), items=(Item(index=0, context=(1, 2), continuation=(5,)),
     ...                                  Item(index=1, context=(1, 2), continuation=(5, 6, 7))))
     >>> [[i.index for i in part.items] for part in split_at_window([g], one_pass=4, window=4)]
@@ -223,8 +220,6 @@ def group_unit(group: Group, packed: int | None = None, one_pass: int = 0) -> tu
     one row as long as the longer of its context and its choices' segments (:func:`segment_columns`), or as
     both together when the group runs in one pass (its context has at most ``one_pass`` tokens).
 
-    Examples
-    --------
     >>> g = Group(context=(1, 2, 3), items=tuple(Item(index=i, context=(1, 2, 3), continuation=(5,) * 20, slot=i)
     ...                                         for i in range(4)))
     >>> group_unit(g), group_unit(g, packed=16), group_unit(g, packed=16, one_pass=3)
@@ -238,18 +233,25 @@ def group_unit(group: Group, packed: int | None = None, one_pass: int = 0) -> tu
     return 1, max(len(group.context), segments)
 
 
-def layout_unit(group: Group, *, packed: int | None, pad_multiple: int, one_pass: int = 0,
+def batch_shape(groups: Sequence[Group], *, packed: int | None, pad_multiple: int, one_pass: int = 0,
                 window: int | None = None) -> tuple[int, int]:
-    """:func:`group_unit` of ``group`` in the layout it runs in (one packed pass when :func:`runs_in_one_pass`, its
-    segments at ``packed`` or ``pad_multiple``): the size both :func:`pack_groups` and the out-of-memory back-off use.
+    """``(rows, padded length)`` of a batch in the layouts it runs in: the size the out-of-memory back-off checks.
+    Groups that :func:`runs_in_one_pass` share rows (:func:`~flasheval.engine.rows.row_layout` of their one-pass
+    widths); each other group is its :func:`group_unit` (its segments at ``packed``, or one row per choice).
 
     >>> g = Group(context=(1, 2, 3), items=(Item(index=0, context=(1, 2, 3), continuation=(5,) * 20),))
-    >>> [layout_unit(g, packed=None, pad_multiple=16, one_pass=p, window=w) for p, w in ((3, None), (0, None), (3, 16))]
-    [(1, 22), (1, 23), (1, 23)]
+    >>> [batch_shape([g] * 3, packed=None, pad_multiple=16, one_pass=p, window=w) for p, w in ((3, None), (0, None))]
+    [(3, 32), (3, 23)]
+    >>> h = Group(context=(1, 2, 3), items=(Item(index=1, context=(1, 2, 3), continuation=(5,)),))
+    >>> batch_shape([g, h, h, h], packed=None, pad_multiple=8, one_pass=3)  # rows of 24 columns: g | h h h
+    (2, 24)
     """
-    if runs_in_one_pass(group, one_pass, window):
-        return group_unit(group, packed or pad_multiple, one_pass)
-    return group_unit(group, packed)
+    alone = [runs_in_one_pass(g, one_pass, window) for g in groups]
+    widths = [group_passes(g, pad_multiple=packed or pad_multiple, packed=True, one_pass=one_pass)[0][1]
+              for g, a in zip(groups, alone) if a]
+    units = [(row_layout(widths)[0], max(widths))] if widths else []
+    units += [group_unit(g, packed) for g, a in zip(groups, alone) if not a]
+    return sum(r for r, _ in units), max((n for _, n in units), default=0)
 
 
 def group_passes(group: Group, *, pad_multiple: int, packed: bool, one_pass: int = 0) -> list[tuple[int, int]]:
@@ -261,8 +263,6 @@ def group_passes(group: Group, *, pad_multiple: int, packed: bool, one_pass: int
     (:func:`~flasheval.engine.hf.forward.forward_shared`): the context less its last token in one row (none when
     that is empty), then one row per choice of ``1 + len`` tokens.
 
-    Examples
-    --------
     >>> g = Group(context=(1, 2, 3), items=(Item(index=0, context=(1, 2, 3), continuation=(5,)),
     ...                                     Item(index=1, context=(1, 2, 3), continuation=(5, 6, 7))))
     >>> group_passes(g, pad_multiple=16, packed=True), group_passes(g, pad_multiple=16, packed=False)
@@ -284,14 +284,10 @@ def group_passes(group: Group, *, pad_multiple: int, packed: bool, one_pass: int
 def padded_width(n_tokens: int, multiple: int) -> int:
     """``n_tokens`` rounded up to a multiple of ``multiple``: the width of a padded batch.
 
-    Left padding shifts a row's real tokens by the padding; kernels that reduce over keys in blocks
-    or vector lanes counted from column 0 (CPU attention: 16-wide lanes) then add them up in another
-    order, and reduced precision turns the last-bit difference into a visible one (bf16 SmolLM2: up to
-    0.2 nats per choice). With widths rounded to a multiple, a row's padding is the same modulo it
-    whatever the batch, so its sums do not depend on its companions (``docs/engine.md``, "Numerics").
+    CPU attention kernels add keys up in 16-wide lanes counted from column 0: a shift of a row's tokens by other
+    than a multiple (left padding, a companion before them) reorders the sums, visible in bf16 (SmolLM2: up to 0.2
+    nats). Widths rounded to a multiple keep a row's tokens in place modulo it whatever the batch (``docs/engine.md``).
 
-    Examples
-    --------
     >>> padded_width(17, 16), padded_width(32, 16), padded_width(0, 16), padded_width(5, 1)
     (32, 32, 0, 5)
     """
@@ -340,23 +336,22 @@ def segment_columns(items: Sequence[Item], multiple: int) -> tuple[list[int | No
 
 def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, packed: int | None = None,
                 overhead: int, pad_multiple: int = 1, one_pass: int = 0, window: int | None = None) -> list[list[Group]]:
-    """Groups packed into batches under the row limit and token budget (each group's :func:`layout_unit`) at the
-    least padded cost (:func:`~flasheval.engine.batching.pack_least_cost` over :func:`group_passes`); a group is
-    never split, and groups that run in one packed pass (:func:`runs_in_one_pass` with ``one_pass`` and
-    ``window``; on a model that is not ``packed``, a sliding-window one, every other group runs one row per choice)
-    never share a batch with the others: they come after them.
+    """Groups packed into batches under the row limit and token budget; a group is never split. Groups that run in one
+    packed pass (:func:`runs_in_one_pass` with ``one_pass`` and ``window``) never share a batch with the others (on
+    a model that is not ``packed``, a sliding-window one, those run one row per choice): they come after them, several
+    to a row and every batch full (:func:`~flasheval.engine.rows.fill_rows`; nearly nothing is padded). The others
+    are cut at the least padded cost (:func:`~flasheval.engine.batching.pack_least_cost` over :func:`group_passes`,
+    each group's :func:`group_unit` for the limits; ``overhead``: a pass's fixed cost in padded tokens,
+    :func:`~flasheval.engine.batching.pass_overhead` of the model).
 
     Groups run in order of their padded context width, longest first, then of their second pass's width: a
     batch's context pass pads to a multiple of ``pad_multiple`` anyway, and within one width the groups whose
-    choices are short run together instead of padding to a long-choice companion. ``overhead``: a pass's fixed cost
-    in padded tokens (:func:`~flasheval.engine.batching.pass_overhead` of the model)."""
+    choices are short run together instead of padding to a long-choice companion."""
     width = packed or pad_multiple
     alone = [runs_in_one_pass(g, one_pass, window) for g in groups]
     passes = [group_passes(g, pad_multiple=width, packed=a or packed is not None, one_pass=one_pass if a else 0)
               for g, a in zip(groups, alone)]
     order = sorted(range(len(groups)), key=lambda k: (alone[k], -passes[k][0][1], -passes[k][1][1], k))
-    units = [layout_unit(groups[k], packed=packed, pad_multiple=pad_multiple, one_pass=one_pass, window=window)
-             for k in order]
     split = sum(not a for a in alone)  # the others first, then the one-pass groups: no batch mixes them
     if 0 < split < len(groups):
         return [*pack_groups([groups[k] for k in order[:split]], max_rows=max_rows, max_tokens=max_tokens,
@@ -364,8 +359,12 @@ def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, pack
                 *pack_groups([groups[k] for k in order[split:]], max_rows=max_rows, max_tokens=max_tokens,
                              packed=packed, overhead=overhead, pad_multiple=pad_multiple, one_pass=one_pass,
                              window=window)]
-    batches = pack_least_cost(units, [passes[k] for k in order], max_rows=max_rows, max_tokens=max_tokens,
-                              overhead=overhead)
+    if split == 0:
+        batches = fill_rows([passes[k][0][1] for k in order], max_rows=max_rows, max_tokens=max_tokens)
+    else:
+        units = [group_unit(groups[k], packed) for k in order]
+        batches = pack_least_cost(units, [passes[k] for k in order], max_rows=max_rows, max_tokens=max_tokens,
+                                  overhead=overhead)
     return [[groups[order[i]] for i in batch] for batch in batches]
 
 

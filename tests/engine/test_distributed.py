@@ -47,8 +47,9 @@ def backend_for_test():
     from flasheval.engine.hf.backend import HFBackend
 
     model, tokenizer = tiny_model_and_tokenizer(seed=2)
-    # 2 rows: the 7 examples (a packed group is one row) make 4 batches, so each of 2 processes has 2 rounds
-    return HFBackend(model, tokenizer, fingerprint="tiny-2", batch_size=2)
+    # 1 row: the 7 examples (short groups share a row where they fit) make 7 batches, so each of 2 processes has 3
+    # rounds or more
+    return HFBackend(model, tokenizer, fingerprint="tiny-2", batch_size=1)
 
 
 def _free_port() -> int:

@@ -37,8 +37,8 @@ from flasheval.engine.hf.forward import (Scored, compute_dtype, default_pad_mult
                                         pass_settings)
 from flasheval.engine.hf.generation import generate_batch, generation_batches
 from flasheval.engine.hf.packed import forward_packed
-from flasheval.engine.planning import (Group, Item, batch_indices, encode_context, encode_continuation, group_items,
-                                       layout_unit, pack_groups, prefix_space, request_items, rolling_windows,
+from flasheval.engine.planning import (Group, Item, batch_indices, batch_shape, encode_context, encode_continuation,
+                                       group_items, pack_groups, prefix_space, request_items, rolling_windows,
                                        split_at_window, token_items)
 from flasheval.types import (
     GenerationRequest,
@@ -323,11 +323,11 @@ class HFBackend:
         """Score the planned batches of ``items`` in order, handing each batch's results to ``finish``."""
         for batch in self._batches(items):
             finish(run_with_backoff(batch, self._forward, self._limits, split=Group.halves,
-                                    size=self._unit))
+                                    shape=self._shape))
 
-    def _unit(self, group: Group) -> tuple[int, int]:
-        """``(rows, padded length)`` of ``group`` in the layout it runs in (:func:`layout_unit`)."""
-        return layout_unit(group, packed=self._packed, pad_multiple=self._pass.pad_multiple,
+    def _shape(self, groups: Sequence[Group]) -> tuple[int, int]:
+        """``(rows, padded length)`` of a pass over ``groups`` in the layouts they run in (:func:`batch_shape`)."""
+        return batch_shape(groups, packed=self._packed, pad_multiple=self._pass.pad_multiple,
                            one_pass=self._pass.one_pass, window=self._pass.window)
 
     def _forward(self, groups: Sequence[Group]) -> list[Scored]:
@@ -372,8 +372,8 @@ class HFBackend:
 
         results: list[GenerationResult | None] = [None] * len(requests)
         for batch in batches:
-            pairs = run_with_backoff(batch, run, self._limits,
-                                     size=lambda i: (1, len(encoded[i]) + requests[i].max_new_tokens))
+            pairs = run_with_backoff(batch, run, self._limits, shape=lambda part: (
+                len(part), max(len(encoded[i]) + requests[i].max_new_tokens for i in part)))
             for i, result in pairs:
                 results[i] = result
             if on_results is not None:

@@ -80,7 +80,7 @@ def run_with_backoff(
     run: Callable[[Sequence[U]], list[R]],
     limits: Limits,
     *,
-    size: Callable[[U], tuple[int, int]],
+    shape: Callable[[Sequence[U]], tuple[int, int]],
     split: Callable[[U], tuple[U, U]] | None = None,
 ) -> list[R]:
     """``run(units)``, cut into halves while over ``limits`` and on out-of-memory errors.
@@ -93,8 +93,8 @@ def run_with_backoff(
         One pass over a list of units; returns their results in order.
     limits
         The backend's limits, halved here after an out-of-memory error.
-    size
-        ``(rows, padded length)`` of a unit; a pass costs total rows x the longest length.
+    shape
+        ``(rows, padded length)`` of a pass over some units; it costs rows x that length.
     split
         Cuts one unit of several rows in two (a context group into halves of its choices);
         needed only when units hold more than one row.
@@ -111,8 +111,7 @@ def run_with_backoff(
     """
 
     def attempt(part: Sequence[U]) -> list[R]:
-        sizes = [size(unit) for unit in part]
-        rows, length = sum(r for r, _ in sizes), max(n for _, n in sizes)
+        rows, length = shape(part)
         tokens = rows * length
         if len(part) > 1 and not limits.fits(rows, tokens):
             return halves(part)

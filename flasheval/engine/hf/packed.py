@@ -22,6 +22,7 @@ from typing import Any
 
 from flasheval.engine.hf.forward import MIN_LOGIT_ROWS, PassSettings, Scored, check_finite, forward_shared, padded_width
 from flasheval.engine.planning import Group, Item, runs_in_one_pass, segment_columns
+from flasheval.engine.rows import row_layout
 
 __all__ = ["forward_packed"]
 
@@ -40,45 +41,52 @@ def forward_packed(model: Any, groups: list[Group], settings: PassSettings) -> l
 
 
 def _one_pass(model: Any, groups: list[Group], settings: PassSettings) -> list[Scored]:
-    """One row per group: its context at columns ``0 .. len - 1``, then its choices' segments, each at ``len(context)
-    +`` the column :func:`~flasheval.engine.planning.segment_columns` gives it, at positions ``len(context) + j``; one
-    forward pass under a 4-D mask (the context causal; a segment sees the context and causally itself; a padding
-    column sees column 0 only, so no softmax row is empty). Logits at each context's last column (every choice's
-    first token) and at the segments' real tokens. Everything in a group's row depends on the group alone; only the
-    row's right padding depends on its companions."""
+    """Groups side by side in rows (:func:`~flasheval.engine.rows.row_layout`: in the order given, each in the current
+    row while it fits in the widest group's width), each group at an offset that is a multiple of the pad width: its
+    context at ``offset .. offset + len - 1``, then its choices' segments, each at ``offset + len(context) +`` the
+    column :func:`~flasheval.engine.planning.segment_columns` gives it, at positions ``len(context) + j``; one forward
+    pass under a 4-D mask (the context causal; a segment sees its context and causally itself; nothing sees another
+    group; a padding column sees column 0 only, so no softmax row is empty). Logits at each context's last column
+    (every choice's first token) and at the segments' real tokens. A group's tokens sit at the same places modulo the
+    pad width and see the same keys whatever its companions; only the columns around it depend on them."""
     import torch
 
     from flasheval.engine.hf.in_memory import no_grad
 
     multiple = settings.pad_multiple
     lengths = [len(group.context) for group in groups]
-    segments, widths = [], []
-    for g, group in enumerate(groups):
-        columns, width = segment_columns(group.items, multiple)
-        segments.extend((g, item, None if column is None else lengths[g] + column)
-                        for item, column in zip(group.items, columns))
-        widths.append(lengths[g] + width)
-    n = padded_width(max(widths), multiple)
-    ids = torch.full((len(groups), n), settings.pad_id, dtype=torch.long)
-    positions = torch.zeros((len(groups), n), dtype=torch.long)
-    allowed = torch.zeros((len(groups), n, n), dtype=torch.bool)
+    columns = [segment_columns(group.items, multiple) for group in groups]
+    spans = [padded_width(length + width, multiple) for length, (_, width) in zip(lengths, columns)]
+    n_rows, places = row_layout(spans)
+    n = max(offset + span for (_, offset), span in zip(places, spans))
+    ids = torch.full((n_rows, n), settings.pad_id, dtype=torch.long)
+    positions = torch.zeros((n_rows, n), dtype=torch.long)
+    allowed = torch.zeros((n_rows, n, n), dtype=torch.bool)
     allowed[:, :, 0] = True
-    for g, group in enumerate(groups):
-        ids[g, : lengths[g]] = torch.tensor(group.context)
-        positions[g, : lengths[g]] = torch.arange(lengths[g])
-        allowed[g, : lengths[g], : lengths[g]] = torch.ones(lengths[g], lengths[g], dtype=torch.bool).tril()
-    at: tuple[list[int], list[int]] = (list(range(len(groups))), [length - 1 for length in lengths])
-    targets = [item.continuation[0] for _, item, _ in segments]
+    segments = []  # (row, item, first column or None)
+    at: tuple[list[int], list[int]] = ([], [])  # each context's last column, then the segments' tokens
+    for group, length, (row, start), (firsts, _) in zip(groups, lengths, places, columns):
+        end = start + length
+        ids[row, start:end] = torch.tensor(group.context)
+        positions[row, start:end] = torch.arange(length)
+        allowed[row, start:end, 0] = start == 0
+        allowed[row, start:end, start:end] = torch.ones(length, length, dtype=torch.bool).tril()
+        at[0].append(row)
+        at[1].append(end - 1)
+        segments.extend((len(at[0]) - 1, row, start, length, item, None if column is None else end + column)
+                        for item, column in zip(group.items, firsts))
+    targets = [item.continuation[0] for *_, item, _ in segments]
     owners = list(range(len(segments)))
-    for s, (g, item, column) in enumerate(segments):
+    for s, (_, row, start, length, item, column) in enumerate(segments):
         if column is None:
             continue
         k = len(item.continuation) - 1
-        ids[g, column:column + k] = torch.tensor(item.continuation[:-1])
-        positions[g, column:column + k] = lengths[g] + torch.arange(k)
-        allowed[g, column:column + k, : lengths[g]] = True
-        allowed[g, column:column + k, column:column + k] = torch.ones(k, k, dtype=torch.bool).tril()
-        at[0].extend([g] * k)
+        ids[row, column:column + k] = torch.tensor(item.continuation[:-1])
+        positions[row, column:column + k] = length + torch.arange(k)
+        allowed[row, column:column + k, 0] = start == 0
+        allowed[row, column:column + k, start:start + length] = True
+        allowed[row, column:column + k, column:column + k] = torch.ones(k, k, dtype=torch.bool).tril()
+        at[0].extend([row] * k)
         at[1].extend(range(column, column + k))
         targets.extend(item.continuation[1:])
         owners.extend([s] * k)
@@ -88,9 +96,9 @@ def _one_pass(model: Any, groups: list[Group], settings: PassSettings) -> list[S
             out = model(input_ids=ids.to(device), attention_mask=_additive(model, allowed).unsqueeze(1).to(device),
                         position_ids=positions.to(device), use_cache=False)
             logits = pick(out.logits)  # [groups + scored segment tokens, vocab]
-        firsts = logits[torch.tensor([g for g, _, _ in segments], device=logits.device)]
+        firsts = logits[torch.tensor([g for g, *_ in segments], device=logits.device)]
         sums, greedy = _score_rows(model, torch.cat([firsts, logits[len(groups):]]), targets, owners, len(segments))
-    return [(item, sums[s], greedy[s]) for s, (_, item, _) in enumerate(segments)]
+    return [(item, sums[s], greedy[s]) for s, (*_, item, _) in enumerate(segments)]
 
 
 def _two_passes(model: Any, groups: list[Group], settings: PassSettings) -> list[Scored]:
