@@ -63,7 +63,7 @@ def _one_pass(model: Any, groups: list[Group], settings: PassSettings) -> list[S
     positions = torch.zeros((n_rows, n), dtype=torch.long)
     allowed = torch.zeros((n_rows, n, n), dtype=torch.bool)
     allowed[:, :, 0] = True
-    segments = []  # (row, item, first column or None)
+    segments = []  # (its context's entry in ``at``, row, group start, context length, item, first column or None)
     at: tuple[list[int], list[int]] = ([], [])  # each context's last column, then the segments' tokens
     for group, length, (row, start), (firsts, _) in zip(groups, lengths, places, columns):
         end = start + length
