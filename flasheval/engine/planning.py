@@ -212,25 +212,22 @@ def split_at_window(groups: Sequence[Group], one_pass: int, window: int | None) 
     return out
 
 
-def group_unit(group: Group, packed: int | None = None, one_pass: int = 0) -> tuple[int, int]:
-    """``(rows, padded length)`` of ``group`` for the batch limits.
+def group_unit(group: Group, packed: int | None = None) -> tuple[int, int]:
+    """``(rows, padded length)`` of a group that does not run in one pass, for the batch limits (one-pass groups
+    share rows: :func:`batch_shape`).
 
     One row per choice, as long as the context and the longest choice; or, ``packed`` (the pad width of
     :func:`~flasheval.engine.hf.packed.forward_packed`, which runs a group's choices packed in one row),
-    one row as long as the longer of its context and its choices' segments (:func:`segment_columns`), or as
-    both together when the group runs in one pass (its context has at most ``one_pass`` tokens).
+    one row as long as the longer of its context and its choices' segments (:func:`segment_columns`).
 
     >>> g = Group(context=(1, 2, 3), items=tuple(Item(index=i, context=(1, 2, 3), continuation=(5,) * 20, slot=i)
     ...                                         for i in range(4)))
-    >>> group_unit(g), group_unit(g, packed=16), group_unit(g, packed=16, one_pass=3)
-    ((4, 23), (1, 96), (1, 99))
+    >>> group_unit(g), group_unit(g, packed=16)
+    ((4, 23), (1, 96))
     """
     if packed is None:
         return group.rows, group.length
-    segments = segment_columns(group.items, packed)[1]
-    if len(group.context) <= one_pass:
-        return 1, len(group.context) + segments
-    return 1, max(len(group.context), segments)
+    return 1, max(len(group.context), segment_columns(group.items, packed)[1])
 
 
 def batch_shape(groups: Sequence[Group], *, packed: int | None, pad_multiple: int, one_pass: int = 0,
