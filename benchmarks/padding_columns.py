@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -40,11 +40,13 @@ import engine_throughput as et  # noqa: E402
 TASKS = "hellaswag,arc_easy,openbook_qa,piqa,copa,winogrande"
 
 
-def columns(batches: Sequence[Sequence[object]], multiple: int, one_pass: int = 0) -> dict[str, int]:
+def columns(batches: Sequence[Sequence[object]], multiple: int, one_pass: int = 0,
+            row_width: Callable[[Sequence[object]], int] | None = None) -> dict[str, int]:
     """Real tokens, pass-1 columns, and pass-2 columns (rows that have segments only, as the pass runs them) under the
     planner's layout for ``one_pass`` (:func:`~flasheval.engine.planning.group_passes`: 0, version 6's two passes for
     every group; a context of at most ``one_pass`` tokens runs in one pass, version 7), and pass 2 under version 5's
-    (every segment on a block edge)."""
+    (every segment on a block edge). ``row_width``: a one-pass batch's row width (the backend's ``_row_width``;
+    ``None``: as wide as its widest group)."""
     from flasheval.engine.planning import group_passes, padded_width
     from flasheval.engine.rows import row_layout
 
@@ -53,7 +55,12 @@ def columns(batches: Sequence[Sequence[object]], multiple: int, one_pass: int = 
         out["real"] += sum(len(g.context) + sum(len(i.continuation) - 1 for i in g.items) for g in batch)
         passes = [group_passes(g, pad_multiple=multiple, packed=True, one_pass=one_pass) for g in batch]
         one = all(len(g.context) <= one_pass for g in batch)  # several groups to a row (rows.row_layout)
-        out["pass1"] += (row_layout([p[0][1] for p in passes])[0] if one else len(batch)) * max(p[0][1] for p in passes)
+        widths = [p[0][1] for p in passes]
+        if one:  # the tensor a pass runs: its rows, as wide as the widest row's groups reach
+            n_rows, places = row_layout(widths, row_width(batch) if row_width else 0)
+            out["pass1"] += n_rows * max(offset + w for (_, offset), w in zip(places, widths))
+        else:
+            out["pass1"] += len(batch) * max(widths)
         out["pass2"] += sum(1 for p in passes if p[1][0]) * max(p[1][1] for p in passes)
         v5 = [sum(padded_width(len(i.continuation) - 1, multiple) for i in g.items) for g in batch]
         out["pass2_v5"] += sum(1 for w in v5 if w) * max(v5)

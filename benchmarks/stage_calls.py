@@ -104,7 +104,7 @@ def column_count(model, tokenizer, calls, multiple: int) -> tuple[float, int]:
     real = run = n_batches = 0
     for c in calls:
         batches = backend._batches(backend._items(c))  # noqa: SLF001 - the planner's own batches
-        counted = columns(batches, multiple, backend._pass.one_pass)  # noqa: SLF001
+        counted = columns(batches, multiple, backend._pass.one_pass, backend._row_width)  # noqa: SLF001
         real, run = real + counted["real"], run + counted["pass1"] + counted["pass2"]
         n_batches += len(batches)
     return run / real, n_batches

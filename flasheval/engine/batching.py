@@ -19,7 +19,7 @@ from flasheval.engine.throughput import forward_flops
 
 __all__ = ["TOKENS_PER_ROW", "CPU_ROWS", "CPU_TOKENS", "GPU_ROWS", "GPU_MEMORY_SHARE", "ModelShape", "auto_limits",
            "default_token_budget", "pack_batches", "PASS_OVERHEAD_SHARE", "PASS_OVERHEAD_FLOP",
-           "pass_overhead", "pack_least_cost", "one_pass_context"]
+           "pass_overhead", "pack_least_cost", "one_pass_context", "attention_width"]
 
 TOKENS_PER_ROW = 1024
 """Default token budget per row of ``batch_size``: a budget of ``batch_size * 1024`` tokens keeps
@@ -100,6 +100,20 @@ def one_pass_context(shape: ModelShape, multiple: int) -> int:
     """
     layer = shape.hidden * (2 * shape.hidden + 2 * shape.kv_width + 3 * shape.intermediate)
     return math.isqrt(multiple * layer // (4 * shape.hidden))
+
+
+def attention_width(shape: ModelShape) -> int:
+    """The row width at which a column's attention costs as much as its matrix products: a row of ``n`` columns
+    under a 4-D mask attends over all ``n`` (``4 x n x hidden`` per column and layer, masked or not) against
+    ``2 x`` a layer's parameters, counted as in :func:`one_pass_context`. A pass of rows ``n`` wide costs
+    ``1 + n / attention_width`` times its columns' matrix products (:func:`~flasheval.engine.rows.row_cost`).
+
+    Examples
+    --------
+    >>> attention_width(ModelShape(hidden=576, intermediate=1536, n_layers=30, kv_width=192, vocab=49152, dtype_bytes=4))
+    3072
+    """
+    return (2 * shape.hidden + 2 * shape.kv_width + 3 * shape.intermediate) // 2
 
 
 PASS_OVERHEAD_SHARE = 64

@@ -17,26 +17,9 @@ from flasheval.engine.rows import fill_rows, row_layout
 from flasheval.errors import BackendError
 from flasheval.types import LoglikelihoodRequest
 
-__all__ = [
-    "Item",
-    "Group",
-    "runs_in_one_pass",
-    "split_at_window",
-    "group_unit",
-    "batch_shape",
-    "group_passes",
-    "padded_width",
-    "segment_columns",
-    "encode_context",
-    "encode_continuation",
-    "prefix_space",
-    "request_items",
-    "token_items",
-    "group_items",
-    "pack_groups",
-    "batch_indices",
-    "rolling_windows",
-]
+__all__ = ["Item", "Group", "runs_in_one_pass", "one_pass_widths", "split_at_window", "group_unit", "batch_shape",
+           "group_passes", "padded_width", "segment_columns", "encode_context", "encode_continuation", "prefix_space",
+           "request_items", "token_items", "group_items", "pack_groups", "batch_indices", "rolling_windows"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,10 +214,11 @@ def group_unit(group: Group, packed: int | None = None) -> tuple[int, int]:
 
 
 def batch_shape(groups: Sequence[Group], *, packed: int | None, pad_multiple: int, one_pass: int = 0,
-                window: int | None = None) -> tuple[int, int]:
+                window: int | None = None, row_width: int = 0) -> tuple[int, int]:
     """``(rows, padded length)`` of a batch in the layouts it runs in: the size the out-of-memory back-off checks.
-    Groups that :func:`runs_in_one_pass` share rows (:func:`~flasheval.engine.rows.row_layout` of their one-pass
-    widths); each other group is its :func:`group_unit` (its segments at ``packed``, or one row per choice).
+    Groups that :func:`runs_in_one_pass` share rows ``row_width`` wide or as wide as the widest of them
+    (:func:`~flasheval.engine.rows.row_layout` of their :func:`one_pass_widths`); each other group is its
+    :func:`group_unit` (its segments at ``packed``, or one row per choice).
 
     >>> g = Group(context=(1, 2, 3), items=(Item(index=0, context=(1, 2, 3), continuation=(5,) * 20),))
     >>> [batch_shape([g] * 3, packed=None, pad_multiple=16, one_pass=p, window=w) for p, w in ((3, None), (0, None))]
@@ -243,12 +227,22 @@ def batch_shape(groups: Sequence[Group], *, packed: int | None, pad_multiple: in
     >>> batch_shape([g, h, h, h], packed=None, pad_multiple=8, one_pass=3)  # rows of 24 columns: g | h h h
     (2, 24)
     """
-    alone = [runs_in_one_pass(g, one_pass, window) for g in groups]
-    widths = [group_passes(g, pad_multiple=packed or pad_multiple, packed=True, one_pass=one_pass)[0][1]
-              for g, a in zip(groups, alone) if a]
-    units = [(row_layout(widths)[0], max(widths))] if widths else []
-    units += [group_unit(g, packed) for g, a in zip(groups, alone) if not a]
+    widths = one_pass_widths(groups, packed=packed, pad_multiple=pad_multiple, one_pass=one_pass, window=window)
+    if widths:
+        n_rows, places = row_layout(widths, row_width)
+        units = [(n_rows, max(offset + w for (_, offset), w in zip(places, widths)))]
+    else:
+        units = []
+    units += [group_unit(g, packed) for g in groups if not runs_in_one_pass(g, one_pass, window)]
     return sum(r for r, _ in units), max((n for _, n in units), default=0)
+
+
+def one_pass_widths(groups: Sequence[Group], *, packed: int | None, pad_multiple: int, one_pass: int = 0,
+                    window: int | None = None) -> list[int]:
+    """The padded one-pass width (:func:`group_passes`) of each of ``groups`` that :func:`runs_in_one_pass`, in
+    order: the widths :func:`~flasheval.engine.rows.row_layout` lays out."""
+    return [group_passes(g, pad_multiple=packed or pad_multiple, packed=True, one_pass=one_pass)[0][1]
+            for g in groups if runs_in_one_pass(g, one_pass, window)]
 
 
 def group_passes(group: Group, *, pad_multiple: int, packed: bool, one_pass: int = 0) -> list[tuple[int, int]]:
@@ -332,7 +326,8 @@ def segment_columns(items: Sequence[Item], multiple: int) -> tuple[list[int | No
 
 
 def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, packed: int | None = None,
-                overhead: int, pad_multiple: int = 1, one_pass: int = 0, window: int | None = None) -> list[list[Group]]:
+                overhead: int, pad_multiple: int = 1, one_pass: int = 0, window: int | None = None,
+                attention_width: int = 0) -> list[list[Group]]:
     """Groups packed into batches under the row limit and token budget; a group is never split. Groups that run in one
     packed pass (:func:`runs_in_one_pass` with ``one_pass`` and ``window``) never share a batch with the others (on
     a model that is not ``packed``, a sliding-window one, those run one row per choice): they come after them, several
@@ -355,9 +350,11 @@ def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, pack
                              packed=packed, overhead=overhead, pad_multiple=pad_multiple),
                 *pack_groups([groups[k] for k in order[split:]], max_rows=max_rows, max_tokens=max_tokens,
                              packed=packed, overhead=overhead, pad_multiple=pad_multiple, one_pass=one_pass,
-                             window=window)]
+                             window=window, attention_width=attention_width)]
     if split == 0:
-        batches = fill_rows([passes[k][0][1] for k in order], max_rows=max_rows, max_tokens=max_tokens)
+        batches = [members for _, members in fill_rows([passes[k][0][1] for k in order], max_rows=max_rows,
+                                                        max_tokens=max_tokens, attention_width=attention_width,
+                                                        most=window)]
     else:
         units = [group_unit(groups[k], packed) for k in order]
         batches = pack_least_cost(units, [passes[k] for k in order], max_rows=max_rows, max_tokens=max_tokens,

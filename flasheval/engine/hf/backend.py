@@ -28,26 +28,22 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 from flasheval.engine.hf.backoff import Limits, run_with_backoff
 from flasheval.engine.base import BackendInfo, Collective, OnLoad, OnResults
-from flasheval.engine.batching import ModelShape, auto_limits, default_token_budget, pass_overhead
+from flasheval.engine.batching import ModelShape, attention_width, auto_limits, default_token_budget, pass_overhead
 from flasheval.engine.hf.forward import (Scored, compute_dtype, default_pad_multiple, forward_shared, forward_unpadded,
                                         pass_settings)
 from flasheval.engine.hf.generation import generate_batch, generation_batches
 from flasheval.engine.hf.packed import forward_packed
 from flasheval.engine.planning import (Group, Item, batch_indices, batch_shape, encode_context, encode_continuation,
-                                       group_items, pack_groups, prefix_space, request_items, rolling_windows,
-                                       split_at_window, token_items)
-from flasheval.types import (
-    GenerationRequest,
-    GenerationResult,
-    LoglikelihoodRequest,
-    LoglikelihoodResult,
-    RollingLoglikelihoodRequest,
-    RollingLoglikelihoodResult,
-)
+                                       group_items, one_pass_widths, pack_groups, prefix_space, request_items,
+                                       rolling_windows, split_at_window, token_items)
+from flasheval.engine.rows import layout_width
+from flasheval.types import (GenerationRequest, GenerationResult, LoglikelihoodRequest, LoglikelihoodResult,
+                             RollingLoglikelihoodRequest, RollingLoglikelihoodResult)
 
 __all__ = ["HFBackend", "SHARED_CONTEXT_FAMILIES"]
 
@@ -101,20 +97,10 @@ class HFBackend:
         context and the tokens it generated), as :func:`~flasheval.evaluation.evaluate.example_tokens` counts.
     """
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        *,
-        fingerprint: str,
-        batch_size: int | None = None,
-        max_length: int | None = None,
-        share_context: bool = True,
-        max_batch_tokens: int | None = None,
-        pad_multiple: int | None = None,
-        previous_fingerprint: str | None = None,
-        source: str | None = None,
-    ) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, fingerprint: str, batch_size: int | None = None,
+                 max_length: int | None = None, share_context: bool = True, max_batch_tokens: int | None = None,
+                 pad_multiple: int | None = None, previous_fingerprint: str | None = None,
+                 source: str | None = None) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_batch_tokens is not None and max_batch_tokens < 1:
@@ -146,6 +132,7 @@ class HFBackend:
         self._pass = pass_settings(model, pad_id=pad_id, pad_multiple=multiple)
         rows, tokens = _initial_limits(model, self._pass.device, batch_size, max_batch_tokens)
         self._limits = Limits(max_rows=rows, max_tokens=tokens, on_cuda=self._pass.device.type == "cuda")
+        self._attention_width = attention_width(ModelShape.from_config(model.config, dtype_bytes=4))
         self.forward_seconds = 0.0
         self.forward_tokens = 0
 
@@ -210,7 +197,8 @@ class HFBackend:
             return [[group] for group in groups]
         return pack_groups(groups, max_rows=self._limits.max_rows, max_tokens=self._limits.max_tokens,
                            packed=self._packed, pad_multiple=self._pass.pad_multiple, one_pass=self._pass.one_pass,
-                           window=self._pass.window, overhead=pass_overhead(self._limits.max_tokens, self._n_parameters))
+                           window=self._pass.window, overhead=pass_overhead(self._limits.max_tokens, self._n_parameters),
+                           attention_width=self._attention_width)
 
     @property
     def _packed(self) -> int | None:
@@ -328,7 +316,15 @@ class HFBackend:
     def _shape(self, groups: Sequence[Group]) -> tuple[int, int]:
         """``(rows, padded length)`` of a pass over ``groups`` in the layouts they run in (:func:`batch_shape`)."""
         return batch_shape(groups, packed=self._packed, pad_multiple=self._pass.pad_multiple,
-                           one_pass=self._pass.one_pass, window=self._pass.window)
+                           one_pass=self._pass.one_pass, window=self._pass.window, row_width=self._row_width(groups))
+
+    def _row_width(self, groups: Sequence[Group]) -> int:
+        """The width of the one-pass rows of ``groups`` (:func:`~flasheval.engine.rows.layout_width` under the
+        current limits: the planner's, or a cheaper one); 0 when none runs in one pass."""
+        widths = one_pass_widths(groups, packed=self._packed, pad_multiple=self._pass.pad_multiple,
+                                 one_pass=self._pass.one_pass, window=self._pass.window)
+        return layout_width(widths, max_rows=self._limits.max_rows, max_tokens=self._limits.max_tokens,
+                            attention_width=self._attention_width, most=self._pass.window) if widths else 0
 
     def _forward(self, groups: Sequence[Group]) -> list[Scored]:
         """One forward batch: a single group in unpadded passes, or the shared-context passes (timed)."""
@@ -336,9 +332,11 @@ class HFBackend:
         try:
             if self._unpadded:
                 scored = forward_unpadded(self._model, groups[0], self._pass)
+            elif self._pass.packed or self._pass.one_pass:  # one-pass rows as wide as planned for this batch
+                settings = replace(self._pass, row_width=self._row_width(groups))
+                scored = forward_packed(self._model, list(groups), settings)
             else:
-                run = forward_packed if self._pass.packed or self._pass.one_pass else forward_shared
-                scored = run(self._model, list(groups), self._pass)
+                scored = forward_shared(self._model, list(groups), self._pass)
         finally:  # a pass that ran out of memory still took the time
             self.forward_seconds += time.perf_counter() - start
         self.forward_tokens += sum(len(g.context) + sum(len(i.continuation) for i in g.items) for g in groups)

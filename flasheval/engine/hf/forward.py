@@ -62,6 +62,9 @@ class PassSettings:
     window: int | None = None
     """The sliding window of a model with sliding-window layers that runs short groups in one packed pass
     (:func:`one_pass_window`); ``None`` otherwise."""
+    row_width: int = 0
+    """One-pass rows are at least this wide: groups narrower than it share a row (:func:`~flasheval.engine.rows.row_layout`;
+    0: rows as wide as their batch's widest group)."""
 
 
 def default_pad_multiple(dtype: str | None) -> int:

@@ -57,7 +57,7 @@ def _one_pass(model: Any, groups: list[Group], settings: PassSettings) -> list[S
     lengths = [len(group.context) for group in groups]
     columns = [segment_columns(group.items, multiple) for group in groups]
     spans = [padded_width(length + width, multiple) for length, (_, width) in zip(lengths, columns)]
-    n_rows, places = row_layout(spans)
+    n_rows, places = row_layout(spans, settings.row_width)
     n = max(offset + span for (_, offset), span in zip(places, spans))
     ids = torch.full((n_rows, n), settings.pad_id, dtype=torch.long)
     positions = torch.zeros((n_rows, n), dtype=torch.long)
