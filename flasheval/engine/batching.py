@@ -59,6 +59,9 @@ class ModelShape:
     vocab: int
     dtype_bytes: int
     """Bytes per value of the weights' dtype (4 float32, 2 bfloat16 / float16)."""
+    q_width: int = 0
+    """Query values per token and layer: attention heads x head dimension (0: ``hidden``, as in most models;
+    Gemma-3-270M: 4 x 256 against a hidden size of 640)."""
 
     @classmethod
     def from_config(cls, config: Any, *, dtype_bytes: int) -> ModelShape:
@@ -69,7 +72,8 @@ class ModelShape:
         return cls(hidden=hidden, intermediate=int(getattr(config, "intermediate_size", 0) or 4 * hidden),
                    n_layers=int(getattr(config, "num_hidden_layers", 0) or 32),
                    kv_width=int(getattr(config, "num_key_value_heads", 0) or heads) * head_dim,
-                   vocab=int(getattr(config, "vocab_size", 0) or 32000), dtype_bytes=dtype_bytes)
+                   vocab=int(getattr(config, "vocab_size", 0) or 32000), dtype_bytes=dtype_bytes,
+                   q_width=heads * head_dim)
 
     def token_bytes(self) -> int:
         """Memory one padded token may hold in a pass: its keys and values in every layer (the expanded cache),
@@ -104,16 +108,20 @@ def one_pass_context(shape: ModelShape, multiple: int) -> int:
 
 def attention_width(shape: ModelShape) -> int:
     """The row width at which a column's attention costs as much as its matrix products: a row of ``n`` columns
-    under a 4-D mask attends over all ``n`` (``4 x n x hidden`` per column and layer, masked or not) against
-    ``2 x`` a layer's parameters, counted as in :func:`one_pass_context`. A pass of rows ``n`` wide costs
-    ``1 + n / attention_width`` times its columns' matrix products (:func:`~flasheval.engine.rows.row_cost`).
+    under a 4-D mask attends over all ``n`` (``4 x n x q_width`` per column and layer, masked or not) against
+    ``2 x`` a layer's parameters (``hidden x (2 q_width + 2 kv_width + 3 intermediate)``). A pass of rows ``n``
+    wide costs ``1 + n / attention_width`` times its columns' matrix products (:func:`~flasheval.engine.rows.row_cost`).
 
     Examples
     --------
     >>> attention_width(ModelShape(hidden=576, intermediate=1536, n_layers=30, kv_width=192, vocab=49152, dtype_bytes=4))
     3072
+    >>> attention_width(ModelShape(hidden=640, intermediate=2048, n_layers=18, kv_width=256, vocab=262144, dtype_bytes=4,
+    ...                            q_width=1024))  # Gemma-3-270M
+    2720
     """
-    return (2 * shape.hidden + 2 * shape.kv_width + 3 * shape.intermediate) // 2
+    q = shape.q_width or shape.hidden
+    return shape.hidden * (2 * q + 2 * shape.kv_width + 3 * shape.intermediate) // (2 * q)
 
 
 PASS_OVERHEAD_SHARE = 64
