@@ -63,8 +63,8 @@ class PassSettings:
     """The sliding window of a model with sliding-window layers that runs short groups in one packed pass
     (:func:`one_pass_window`); ``None`` otherwise."""
     row_width: int = 0
-    """One-pass rows are at least this wide: groups narrower than it share a row (:func:`~flasheval.engine.rows.row_layout`;
-    0: rows as wide as their batch's widest group)."""
+    """One pass's rows are at least this wide, for the batch at hand (:func:`~flasheval.engine.rows.layout_width`,
+    :func:`~flasheval.engine.rows.row_layout`; 0: as wide as the batch's widest group)."""
 
 
 def default_pad_multiple(dtype: str | None) -> int:
