@@ -42,18 +42,19 @@ def row_layout(widths: Sequence[int], width: int = 0) -> tuple[int, list[tuple[i
     """
     capacity = max(max(widths, default=0), width)
     rows, fill, places = 0, capacity, []
-    for width in widths:
-        if fill + width > capacity:
+    for span in widths:
+        if fill + span > capacity:
             rows, fill = rows + 1, 0
         places.append((rows - 1, fill))
-        fill += width
+        fill += span
     return rows, places
 
 
 def row_widths(widest: int, *, max_tokens: int, attention_width: int = 0, most: int | None = None) -> list[int]:
     """The row widths a batch whose widest group is ``widest`` columns wide may take, narrowest first: ``widest``;
     and, where ``attention_width`` is given (:func:`~flasheval.engine.batching.attention_width`), up to twice
-    ``widest`` in :data:`WIDER_STEPS` steps, none over ``max_tokens`` or ``most`` (a sliding window a row must fit).
+    ``widest`` in :data:`WIDER_STEPS` steps, none over ``max_tokens`` or ``most`` (a sliding-window model's window,
+    which its one-pass groups fit too).
 
     Examples
     --------
