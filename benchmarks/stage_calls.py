@@ -69,7 +69,8 @@ def run(model, tokenizer, calls, packer: str) -> dict:
 
     least_cost = planning.pack_groups
 
-    def greedy(groups, *, max_rows, max_tokens, overhead, packed=None, pad_multiple=1, one_pass=0, window=None):
+    def greedy(groups, *, max_rows, max_tokens, overhead, packed=None, pad_multiple=1, one_pass=0, window=None,
+               attention_width=0):  # one group per unit, in order: no shared or wider rows planned
         units = [planning.batch_shape([g], packed=packed, pad_multiple=pad_multiple, one_pass=one_pass, window=window)
                  for g in groups]
         return [[groups[i] for i in b] for b in pack_batches(units, max_rows=max_rows, max_tokens=max_tokens)]

@@ -332,9 +332,9 @@ def pack_groups(groups: Sequence[Group], *, max_rows: int, max_tokens: int, pack
     packed pass (:func:`runs_in_one_pass` with ``one_pass`` and ``window``) never share a batch with the others (on
     a model that is not ``packed``, a sliding-window one, those run one row per choice): they come after them, several
     to a row and every batch full (:func:`~flasheval.engine.rows.fill_rows`; nearly nothing is padded; rows up to
-    twice a batch's widest group where :func:`~flasheval.engine.batching.attention_width` ``attention_width`` says
-    that costs less, 0: never). The others
-    are cut at the least padded cost (:func:`~flasheval.engine.batching.pack_least_cost` over :func:`group_passes`,
+    twice a batch's widest group where that costs less by ``attention_width``,
+    :func:`~flasheval.engine.batching.attention_width` of the model, 0: never). The others are cut at the least
+    padded cost (:func:`~flasheval.engine.batching.pack_least_cost` over :func:`group_passes`,
     each group's :func:`group_unit` for the limits; ``overhead``: a pass's fixed cost in padded tokens,
     :func:`~flasheval.engine.batching.pass_overhead` of the model).
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from flasheval.engine.hf.forward import MIN_LOGIT_ROWS, PassSettings, Scored, check_finite, forward_shared, padded_width
-from flasheval.engine.planning import Group, Item, runs_in_one_pass, segment_columns
+from flasheval.engine.planning import Group, Item, one_pass_widths, runs_in_one_pass, segment_columns
 from flasheval.engine.rows import row_layout
 
 __all__ = ["forward_packed"]
@@ -56,7 +56,8 @@ def _one_pass(model: Any, groups: list[Group], settings: PassSettings) -> list[S
     multiple = settings.pad_multiple
     lengths = [len(group.context) for group in groups]
     columns = [segment_columns(group.items, multiple) for group in groups]
-    spans = [padded_width(length + width, multiple) for length, (_, width) in zip(lengths, columns)]
+    spans = one_pass_widths(groups, packed=multiple, pad_multiple=multiple, one_pass=settings.one_pass,
+                            window=settings.window)  # the widths the planner and the back-off lay out
     n_rows, places = row_layout(spans, settings.row_width)
     n = max(offset + span for (_, offset), span in zip(places, spans))
     ids = torch.full((n_rows, n), settings.pad_id, dtype=torch.long)
