@@ -57,6 +57,11 @@ class Group:
         """Tokens of the group's longest sequence, context included (its padded length)."""
         return len(self.context) + max(len(item.continuation) for item in self.items)
 
+    @property
+    def tokens(self) -> int:
+        """Tokens the group's passes run: its context once and every continuation."""
+        return len(self.context) + sum(len(item.continuation) for item in self.items)
+
     def halves(self) -> tuple[Group, Group]:
         """The group cut into two groups of half its items each (for an out-of-memory back-off)."""
         half = len(self.items) // 2

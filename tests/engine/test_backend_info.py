@@ -196,3 +196,25 @@ def test_a_deferred_backend_told_to_stay_unloaded_serves_the_store_and_refuses_t
     finally:
         store.close()
     assert not again.info.is_loaded and len(store) == 1
+
+
+def test_forward_tokens_count_a_context_two_examples_share_once(tiny_folder):
+    """Twin examples (Winograd's and Winogrande's sentence pairs) share a context: the passes run it once, so
+    ``forward_tokens`` is the per-example count (``example_tokens``: each example's context once) less the shared
+    context, counted here with the tokenizer alone."""
+    from flasheval.evaluation.evaluate import example_tokens
+
+    spec = parse_model_spec(f"hf:{tiny_folder}")
+    backend = open_backend(spec, dtype="float32", device="cpu")
+    twins = [LoglikelihoodRequest(task_name="t", example_id=e, choice_index=0, context="The trophy",
+                                  continuation=f" is too {word}.") for e, word in (("0", "big"), ("1", "small"))]
+    other = LoglikelihoodRequest(task_name="t", example_id="2", choice_index=0, context="A suitcase",
+                                 continuation=" is small.")
+    requests = [*twins, other]
+    results = backend.loglikelihood(requests)
+    tokenizer = backend.tokenizer
+    context = {text: len(tokenizer(text).input_ids) for text in ("The trophy", "A suitcase")}
+    continuations = sum(len(tokenizer(r.continuation, add_special_tokens=False).input_ids) for r in requests)
+    per_example = sum(example_tokens([r], [x]) for r, x in zip(requests, results))
+    assert per_example == 2 * context["The trophy"] + context["A suitcase"] + continuations
+    assert backend.info.forward_tokens == per_example - context["The trophy"]

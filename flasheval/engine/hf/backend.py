@@ -339,7 +339,7 @@ class HFBackend:
                 scored = forward_shared(self._model, list(groups), self._pass)
         finally:  # a pass that ran out of memory still took the time
             self.forward_seconds += time.perf_counter() - start
-        self.forward_tokens += sum(len(g.context) + sum(len(i.continuation) for i in g.items) for g in groups)
+        self.forward_tokens += sum(g.tokens for g in groups)
         return scored
 
     # ------------------------------------------------------------------ generation
