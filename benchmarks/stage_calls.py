@@ -2,7 +2,8 @@
 
 A live placement sends each stage's few new examples per task to the backend in one call; ``evaluate`` sends
 all of its requests in one. This replays the calls one placement made (its run record's ``asked`` list, stage
-by stage: one call per ``len(tasks)`` asks) with one model, through :class:`flasheval.engine.hf.backend.HFBackend`:
+by stage: one call per stage of the asks of the datasets that grew in it, fewer once a dataset is used up) with one
+model, through :class:`flasheval.engine.hf.backend.HFBackend`:
 
 * ``stages``: one ``score_requests`` call per stage, as ``flasheval.place`` made them;
 * ``one call``: the same requests in one call, as ``flasheval.evaluate`` would send them;
@@ -45,16 +46,20 @@ def stage_requests(reference: Path, record: Path) -> tuple[list[list], int]:
 
     live = prepare_live(flasheval.load_reference(reference), seed=None, dtype=None, task_dir=None)
     tasks = {t.name: t for t in live.tasks}
-    asked = json.loads(record.read_text())["payload"]["live"]["asked"]
-    per_stage = len(tasks)
-    stages = []
-    for start in range(0, len(asked), per_stage):
+    payload = json.loads(record.read_text())["payload"]
+    asked, stages, start, before = payload["live"]["asked"], [], 0, None
+    for stage in payload["stages"]:  # a stage asks every dataset that grew in it: fewer once a dataset is used up
+        counts = stage["n_examples"]
+        n_asks = sum(n > b for n, b in zip(counts, before or [0] * len(counts)))
         requests = []
-        for ask in asked[start:start + per_stage]:
+        for ask in asked[start:start + n_asks]:
             by_id = build_example_requests(tasks[ask["task_name"]], ask["example_ids"], seed=live.seed,
                                            prefix_space=live.settings.prefix_space)
             requests += [r for rs in by_id.values() for r in rs]
         stages.append(requests)
+        start, before = start + n_asks, counts
+    if start != len(asked):
+        raise SystemExit(f"{record}: its stages grow {start} datasets in all, it asked {len(asked)} times")
     return stages, live.seed
 
 

@@ -12,9 +12,9 @@ from benchmarks import seconds_saved as ss
 
 def _round(place_s: float, evaluate_s: float) -> dict:
     place = {"seconds": place_s, "load_seconds": 1.0, "cpu_seconds": 2 * place_s, "tokens": 500, "examples": 10,
-             "rank": 2, "interval": [1, 3]}
+             "rank": 2, "interval": [1, 3], "run_tokens": 500}
     full = {"seconds": evaluate_s, "load_seconds": 1.0, "cpu_seconds": 2 * evaluate_s, "tokens": 1000, "examples": 20,
-            "accuracy": {"copa": 0.5}}
+            "accuracy": {"copa": 0.5}, "run_tokens": 900}  # two examples share a context: the pass runs it once
     return {"order": ["place", "evaluate"], "place": place, "evaluate": full, **ss._savings(place, full)}
 
 
@@ -30,8 +30,15 @@ def test_the_verdict_is_each_models_median_ratio_and_every_round_is_reported():
     assert ss.GOAL == 0.9 and ss.TOKEN_GOAL == 4.0  # issue 46's goals
     assert "met for 0 of 2 models; single rounds: 0 of 4 >= 0.9, worst 0.61" in text
     every = statistics.median(ratios + ratios[:1])  # model n has round 1 only
-    assert f"placement tokens/s over the evaluation's (goal >= 0.95): median of every round {every:.2f}, 0 of 4" in text
+    assert f"placement tokens/s over the evaluation's (goal >= 0.95): median of every round {every:.3f}, 0 of 4" in text
     assert "size (median token saving over the held-out models >= 4x, as on a real leaderboard): 2.00x, NOT met" in text
+    # on the tokens the passes ran, the full run's 10% fewer: a saving of 1.8x, the ratio 10 / 9 of the above
+    assert [r["run_token_saving"] for r in rounds] == [1.8] * 3
+    assert [r["run_ratio"] for r in rounds] == pytest.approx([x * 2.0 / 1.8 for x in ratios])
+    runs = [x * 2.0 / 1.8 for x in ratios]
+    assert (f"time saving >= 0.9 x run saving for {sum(x >= 0.9 for x in [statistics.median(runs), runs[0]])} of 2 "
+            f"models; the placement's passes' tokens/s over the full run's (goal >= 0.95): median of every round "
+            f"{statistics.median(runs + runs[:1]):.3f}") in text
     assert text.count("place ") == 4 and text.count("evaluate ") == 4 and text.count("median/") == 2
     # the ratio is the placement's tokens/s over the evaluation's (both without the load), printed per call
     for got in rounds:
