@@ -46,21 +46,34 @@ def stage_requests(reference: Path, record: Path) -> tuple[list[list], int]:
 
     live = prepare_live(flasheval.load_reference(reference), seed=None, dtype=None, task_dir=None)
     tasks = {t.name: t for t in live.tasks}
-    payload = json.loads(record.read_text())["payload"]
-    asked, stages, start, before = payload["live"]["asked"], [], 0, None
-    for stage in payload["stages"]:  # a stage asks every dataset that grew in it: fewer once a dataset is used up
-        counts = stage["n_examples"]
-        n_asks = sum(n > b for n, b in zip(counts, before or [0] * len(counts)))
+    stages = []
+    for asks in stage_asks(json.loads(record.read_text())["payload"], where=str(record)):
         requests = []
-        for ask in asked[start:start + n_asks]:
+        for ask in asks:
             by_id = build_example_requests(tasks[ask["task_name"]], ask["example_ids"], seed=live.seed,
                                            prefix_space=live.settings.prefix_space)
             requests += [r for rs in by_id.values() for r in rs]
         stages.append(requests)
+    return stages, live.seed
+
+
+def stage_asks(payload: dict, *, where: str) -> list[list[dict]]:
+    """A placement record's ``asked`` list cut into its stage calls: a stage asks every dataset that grew in it
+    (``stages[k].n_examples`` over ``stages[k - 1]``'s), in the record's order, so fewer once a dataset is used up.
+
+    >>> stage_asks({"stages": [{"n_examples": [2, 2]}, {"n_examples": [4, 2]}, {"n_examples": [6, 2]}],
+    ...             "live": {"asked": ["a1", "b1", "a2", "a3"]}}, where="r")
+    [['a1', 'b1'], ['a2'], ['a3']]
+    """
+    asked, out, start, before = payload["live"]["asked"], [], 0, None
+    for stage in payload["stages"]:
+        counts = stage["n_examples"]
+        n_asks = sum(n > b for n, b in zip(counts, before or [0] * len(counts)))
+        out.append(asked[start:start + n_asks])
         start, before = start + n_asks, counts
     if start != len(asked):
-        raise SystemExit(f"{record}: its stages grow {start} datasets in all, it asked {len(asked)} times")
-    return stages, live.seed
+        raise SystemExit(f"{where}: its stages grow {start} datasets in all, it asked {len(asked)} times")
+    return out
 
 
 def run(model, tokenizer, calls, packer: str) -> dict:
