@@ -21,6 +21,7 @@ from flasheval.api.resolve import check_place
 from flasheval.api.progress import ProgressCallback, Reporter, load_windows, watch_load
 from flasheval.api.options import EngineOptions
 from flasheval.api.resolve import check_budget, resolve_plan, resolve_reference
+from flasheval.engine.base import TokenBackend
 from flasheval.engine.coordination.distributed import is_main, processes
 from flasheval.engine.hf.in_memory import LoadedModel, scoring_mode
 from flasheval.analysis.backtest import full_data_ranks
@@ -28,6 +29,7 @@ from flasheval.placement.controller import place as run_placement
 from flasheval.placement.controller import plan_looks
 from flasheval.reference.scoring.live import prepare_scoring
 from flasheval.reference.scoring.replay import ReplayScorer
+from flasheval.reference.scoring.scorers import LiveScorer
 from flasheval.placement.import_clock import current_clock, timing_imports
 from flasheval.placement.results import Budget, Placed, PlacementResult, StageRecord, Timing
 from flasheval.placement.tiers import TierPlan
@@ -256,7 +258,7 @@ def place(
         result = run_placement(pool, opened.scorer, plan_, model_id=resolved.model_id, seed=setup.seed, budget=budget,
                                aggregate=aggregate, looks=looks, on_stage=_stage_reporter(report), started=wall_start)
         live, timing = _measured(opened, setup, resolved, result, clock=(wall_start, start, looks_seconds),
-                                 loads=loads)
+                                 loads=loads, examples=dict(zip(pool.dataset_names, pool.example_ids)))
     run = PlaceRun(placement=result, live=live, timing=timing, neighbours=_neighbours(pool, result, aggregate))
     if output is not None and report.is_main:
         path = write_record(Path(output) / RECORD_FILE, kind="place", payload=run.to_json(), settings=settings)
@@ -265,9 +267,11 @@ def place(
 
 
 def _measured(opened: Any, setup: Any, model: Any, result: PlacementResult, *, clock: tuple[float, float, float],
-              loads: list[tuple[float, float]]) -> tuple[LivePlacement, Timing]:
+              loads: list[tuple[float, float]], examples: dict[str, Any]) -> tuple[LivePlacement, Timing]:
     """A live placement's record entries, its seconds without the process's first-time imports (``clock``: the
-    call's start, the model's opening, the looks' seconds; ``loads``: when weights were loading)."""
+    call's start, the model's opening, the looks' seconds; ``loads``: when weights were loading), and a full run of
+    ``examples`` (ids per dataset) in the tokens it would run (the contexts its examples share counted once), counted
+    after the clock stops, where a rate was measured and the scorer can tell."""
     wall_start, start, looks_seconds = clock
     end, imports = time.perf_counter(), current_clock()  # first-time imports: the process's, not the placement's
     load_seconds = max(0.0, opened.load_seconds - sum(imports.seconds_between(a, b) for a, b in loads))
@@ -277,9 +281,13 @@ def _measured(opened: Any, setup: Any, model: Any, result: PlacementResult, *, c
                          requests_computed=opened.requests_computed, asked=tuple(opened.scorer.asked_json()),
                          examples=tuple(opened.scorer.examples_json()))
     import_seconds = imports.seconds_between(wall_start, end)
+    counted = (isinstance(opened.scorer, LiveScorer) and isinstance(opened.backend, TokenBackend)  # not lm-eval's
+               and opened.forward_tokens and result.compute.full_tokens)
+    shared = opened.scorer.shared_context_tokens(examples, opened.backend.tokenizer) if counted else None
     timing = Timing(wall_seconds=end - wall_start - import_seconds, load_seconds=load_seconds,
                     scoring_seconds=opened.forward_seconds, scored_tokens=opened.forward_tokens,
-                    looks_seconds=looks_seconds, full_tokens=result.compute.full_tokens, import_seconds=import_seconds)
+                    looks_seconds=looks_seconds, full_tokens=result.compute.full_tokens, shared_tokens=shared,
+                    import_seconds=import_seconds)
     return live, timing
 
 

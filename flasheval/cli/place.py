@@ -151,4 +151,4 @@ def format_timing(outcome: PlaceRun) -> str:
     if t is None or t.full_wall_seconds is None:
         return line
     return (line + f"; a full run of these datasets ~{t.full_wall_seconds:.0f} s (loading {t.load_seconds:.0f} s + "
-            f"{t.full_tokens:,.0f} tokens at the measured {t.tokens_per_second:.0f} tokens/s): ~{t.time_saving:.1f}x")
+            f"{t.full_run_tokens:,.0f} tokens at the measured {t.tokens_per_second:.0f} tokens/s): ~{t.time_saving:.1f}x")

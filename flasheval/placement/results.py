@@ -173,7 +173,12 @@ class Timing:
     """Fixing the looks before the first stage (with ``correction: calibrated``: calibrating the constant);
     part of :attr:`outside_model_seconds`."""
     full_tokens: float | None
-    """Tokens of a full run (:attr:`Compute.full_tokens`)."""
+    """Tokens of a full run (:attr:`Compute.full_tokens`, counted per example)."""
+    shared_tokens: int | None = None
+    """Tokens of :attr:`full_tokens` a full run does not run: contexts that several of its examples share (Winograd's
+    and Winogrande's twin sentences), counted once per example but run once per call
+    (:meth:`~flasheval.reference.scoring.scorers.LiveScorer.shared_context_tokens`); ``None``: not counted (a
+    scorer that cannot tell, or nothing ran)."""
     import_seconds: float = 0.0
     """The process's one-time start-up the placement paid apart from its own work: importing modules for the
     first time in the process (torch, transformers, the model's architecture, lm-eval;
@@ -186,6 +191,8 @@ class Timing:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.scored_tokens < 0:
             raise ValueError(f"scored_tokens must be >= 0, got {self.scored_tokens}")
+        if self.shared_tokens is not None and not 0 <= self.shared_tokens <= (self.full_tokens or 0):
+            raise ValueError(f"shared_tokens must be between 0 and full_tokens, got {self.shared_tokens}")
 
     @property
     def outside_model_seconds(self) -> float:
@@ -199,10 +206,16 @@ class Timing:
         return self.scored_tokens / self.scoring_seconds if self.scored_tokens and self.scoring_seconds > 0 else None
 
     @property
+    def full_run_tokens(self) -> float | None:
+        """Tokens a full run's forward passes run: :attr:`full_tokens` less :attr:`shared_tokens`, the unit of
+        :attr:`scored_tokens`."""
+        return None if self.full_tokens is None else self.full_tokens - (self.shared_tokens or 0)
+
+    @property
     def full_scoring_seconds(self) -> float | None:
-        """Seconds a full run's forward passes would take: :attr:`full_tokens` at :attr:`tokens_per_second`."""
-        rate = self.tokens_per_second
-        return None if rate is None or self.full_tokens is None else self.full_tokens / rate
+        """Seconds a full run's forward passes would take: :attr:`full_run_tokens` at :attr:`tokens_per_second`."""
+        rate, tokens = self.tokens_per_second, self.full_run_tokens
+        return None if rate is None or tokens is None else tokens / rate
 
     @property
     def full_wall_seconds(self) -> float | None:
@@ -219,8 +232,8 @@ class Timing:
     def to_json(self) -> dict[str, Any]:
         """The record's ``timing`` entry: the measured fields and the derived ones."""
         names = ("wall_seconds", "load_seconds", "scoring_seconds", "scored_tokens", "looks_seconds", "full_tokens",
-                 "import_seconds", "outside_model_seconds", "tokens_per_second", "full_scoring_seconds",
-                 "full_wall_seconds", "time_saving")
+                 "shared_tokens", "full_run_tokens", "import_seconds", "outside_model_seconds", "tokens_per_second",
+                 "full_scoring_seconds", "full_wall_seconds", "time_saving")
         return {name: getattr(self, name) for name in names}
 
 

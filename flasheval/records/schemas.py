@@ -144,7 +144,7 @@ _PLACE = {
         "wall_seconds", "load_seconds", "scoring_seconds", "outside_model_seconds", "looks_seconds")},
     "timing.import_seconds?": "number",
     **{f"timing.{k}?": "number|null" for k in ("full_wall_seconds", "full_tokens", "tokens_per_second",
-                                                "time_saving")},
+                                                "time_saving", "shared_tokens", "full_run_tokens")},
     "live?": "object|null", "live.fingerprint?": "str|null", "live.seconds?": "number|null",
 }
 

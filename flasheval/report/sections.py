@@ -121,7 +121,8 @@ def _place_timing(t: Mapping[str, Any] | None) -> list[Block]:
                  "for the first time in it: a later placement in the same process does not pay them).")
     if t.get("full_wall_seconds") is not None:
         text += (f" A full run of these datasets: ~{t['full_wall_seconds']:.0f} s (loading {t['load_seconds']:.0f} s + "
-                 f"{t['full_tokens']:,.0f} tokens at the measured {t['tokens_per_second']:.0f} tokens/s), "
+                 f"{t.get('full_run_tokens', t['full_tokens']):,.0f} tokens at the measured "
+                 f"{t['tokens_per_second']:.0f} tokens/s), "
                  f"{t['time_saving']:.1f}x the placement's time.")
     return [Paragraph(text=text)]
 

@@ -110,3 +110,46 @@ def test_a_rerun_from_the_store_runs_no_tokens_and_projects_nothing(world, tmp_p
     assert t.scored_tokens == 0 and t.scoring_seconds == 0.0 and t.full_wall_seconds is None
     assert t.full_tokens == again.placement.compute.full_tokens  # the saving in tokens is still known
     assert format_timing(again) == f"time {t.wall_seconds:.0f} s (model not loaded: every request was in the store)"
+
+
+def test_a_full_run_is_projected_in_the_tokens_it_runs_where_twin_examples_share_a_context(tmp_path_factory,
+                                                                                             task_dir):
+    """Winograd's twin sentences share their option contexts: the records count them per example, a full run's
+    passes run each once. The projection takes the full run's tokens as run, checked against the engine's own count
+    over one call of every reference example (``forward_tokens``), independent of the scorer's string-level count."""
+    from flasheval.engine.loading import open_backend
+    from flasheval.engine.specs import parse_model_spec
+    from flasheval.evaluation.evaluate import build_example_requests, example_tokens
+    from flasheval.reference.live import prepare_live
+
+    root = tmp_path_factory.mktemp("twins")
+    models = save_tiny_models(root / "models")
+    (root / "plan.yaml").write_text(PLAN, encoding="utf-8")
+    flasheval.build_reference([f"m0=hf:{models['m0']}", f"m1=hf:{models['m1']}"], name="twins", suite="dclm-core",
+                              tasks="winograd", task_dir=task_dir, n_examples=60, seed=7,
+                              engine=flasheval.EngineOptions(device="cpu"), output=root / "refs",
+                              work_dir=root / "work")
+    run = flasheval.place(f"m2=hf:{models['m2']}", root / "refs" / "twins", plan=root / "plan.yaml",
+                          engine=flasheval.EngineOptions(device="cpu"), output=root / "place")
+    t = read_record(run.record_path).payload["timing"]
+
+    ref = flasheval.load_reference(root / "refs" / "twins")
+    live = prepare_live(ref, seed=None, dtype=None, task_dir=task_dir)
+    by_id = build_example_requests(live.tasks[0], list(ref.example_ids[0]), seed=live.seed,
+                                   prefix_space=live.settings.prefix_space)
+    requests = [r for rs in by_id.values() for r in rs]
+    backend = open_backend(parse_model_spec(f"hf:{models['m2']}"), dtype="float32", device="cpu")
+    results = backend.loglikelihood(requests)
+    per_example, start = 0, 0
+    for rs in by_id.values():
+        per_example += example_tokens(rs, results[start:start + len(rs)])
+        start += len(rs)
+    run_tokens = backend.info.forward_tokens
+
+    assert run_tokens < per_example  # the sample holds twins
+    assert t["full_tokens"] == pytest.approx(per_example)  # the placement scored every example: no extrapolation
+    assert t["shared_tokens"] == per_example - run_tokens and t["full_run_tokens"] == pytest.approx(run_tokens)
+    assert t["full_scoring_seconds"] == pytest.approx(run_tokens / t["tokens_per_second"])
+    assert t["time_saving"] == pytest.approx((t["load_seconds"] + run_tokens / t["tokens_per_second"])
+                                             / t["wall_seconds"])
+    assert f"{run_tokens:,.0f} tokens at the measured" in format_timing(run)
