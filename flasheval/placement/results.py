@@ -191,8 +191,8 @@ class Timing:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.scored_tokens < 0:
             raise ValueError(f"scored_tokens must be >= 0, got {self.scored_tokens}")
-        if self.shared_tokens is not None and not 0 <= self.shared_tokens <= (self.full_tokens or 0):
-            raise ValueError(f"shared_tokens must be between 0 and full_tokens, got {self.shared_tokens}")
+        if self.shared_tokens is not None and self.shared_tokens < 0:
+            raise ValueError(f"shared_tokens must be >= 0, got {self.shared_tokens}")
 
     @property
     def outside_model_seconds(self) -> float:
@@ -207,9 +207,9 @@ class Timing:
 
     @property
     def full_run_tokens(self) -> float | None:
-        """Tokens a full run's forward passes run: :attr:`full_tokens` less :attr:`shared_tokens`, the unit of
-        :attr:`scored_tokens`."""
-        return None if self.full_tokens is None else self.full_tokens - (self.shared_tokens or 0)
+        """Tokens a full run's forward passes run: :attr:`full_tokens` less :attr:`shared_tokens` (the shared count is
+        exact, the per-example one extrapolated; never below 0), the unit of :attr:`scored_tokens`."""
+        return None if self.full_tokens is None else max(0.0, self.full_tokens - (self.shared_tokens or 0))
 
     @property
     def full_scoring_seconds(self) -> float | None:

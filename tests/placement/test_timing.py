@@ -66,8 +66,17 @@ def test_timing_derives_the_outside_time_the_rate_and_the_full_run(fields, expec
     assert t.to_json()["time_saving"] == got[-1]
 
 
+def test_the_full_run_is_projected_in_the_tokens_it_runs():
+    t = Timing(wall_seconds=60.0, load_seconds=40.0, scoring_seconds=18.0, scored_tokens=1800, looks_seconds=0.0,
+               full_tokens=9000.0, shared_tokens=900)  # a tenth of the full run's count is contexts shared
+    assert (t.full_run_tokens, t.full_scoring_seconds, t.full_wall_seconds) == (8100.0, 81.0, 121.0)
+    assert t.time_saving == pytest.approx(121.0 / 60.0) and t.to_json()["shared_tokens"] == 900
+    assert Timing(wall_seconds=1.0, load_seconds=0.0, scoring_seconds=1.0, scored_tokens=10, looks_seconds=0.0,
+                  full_tokens=50.0, shared_tokens=80).full_run_tokens == 0.0  # an extrapolation under the exact count
+
+
 def test_timing_refuses_negative_or_non_finite_seconds():
-    for bad in ({"wall_seconds": -1.0}, {"scoring_seconds": math.nan}, {"scored_tokens": -3}):
+    for bad in ({"wall_seconds": -1.0}, {"scoring_seconds": math.nan}, {"scored_tokens": -3}, {"shared_tokens": -1}):
         fields = {"wall_seconds": 1.0, "load_seconds": 0.0, "scoring_seconds": 0.0, "scored_tokens": 0,
                   "looks_seconds": 0.0, "full_tokens": None, **bad}
         with pytest.raises(ValueError, match=next(iter(bad))):
