@@ -39,7 +39,7 @@ In one run, through the library API (``flasheval.build_reference``, ``flasheval.
    (issue 46): ``GOAL``, a median ratio >= 0.9 without the load for every held-out model, and ``TOKEN_GOAL``.
    Every round is printed. Tokens are counted per example, as the records and a placement's token saving count
    them; beside them, the tokens the forward passes ran (``run tok``: the placement's ``timing.scored_tokens``, the
-   full run's counted by :func:`run_tokens` without a pass), which are fewer where examples share a context (the
+   full run's count less :func:`shared_tokens`, without a pass), which are fewer where examples share a context (the
    full run runs Winograd's and Winogrande's twin sentences' shared contexts once; a placement's sample seldom holds
    both twins), with the saving and the ratio in those tokens (``run sav``, ``run ratio``: the placement's passes'
    tokens/s over the full run's, the question of ``RATE_GOAL``).
@@ -291,37 +291,19 @@ def _place(args: argparse.Namespace, spec: str, ref: Any, out: Path, profile: Pa
             "stages": len(run.placement.stages), "n_pool": ref.n_models}
 
 
-def run_tokens(args: argparse.Namespace, ref: Any, spec: str) -> tuple[int, int]:
-    """``(per example, run)``: the tokens of ``evaluate``'s requests (every reference example) counted per example,
-    as its record and a placement's token saving count them (each example's contexts once), and the tokens its
-    forward passes run (:attr:`~flasheval.engine.planning.Group.tokens` over the groups the engine plans for one
-    call of them: each distinct context once, so examples that share a context share its tokens, as the twin
-    sentences of Winograd and Winogrande do). No forward pass: the model is loaded for its shape only."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def shared_tokens(args: argparse.Namespace, ref: Any, spec: str) -> int:
+    """Tokens of ``evaluate``'s per-example count (every reference example) that its forward passes do not run: the
+    contexts its examples share, run once (:func:`flasheval.evaluation.evaluate.shared_context_tokens`, as a
+    placement's ``timing.shared_tokens`` counts them; no forward pass)."""
+    from transformers import AutoTokenizer
 
-    from flasheval.engine.hf.backend import HFBackend
-    from flasheval.evaluation.evaluate import build_example_requests
+    from flasheval.evaluation.evaluate import shared_context_tokens
     from flasheval.reference.live import prepare_live
 
     live = prepare_live(ref, seed=None, dtype=None, task_dir=str(args.task_dir))
-    tasks = {t.name: t for t in live.tasks}
-    requests = []
-    for name, ids in zip(ref.dataset_names, ref.example_ids):
-        by_id = build_example_requests(tasks[name], list(ids), seed=live.seed, prefix_space=live.settings.prefix_space)
-        requests += [r for rs in by_id.values() for r in rs]
-    folder = spec.split("hf:", 1)[1]
-    backend = HFBackend(AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, args.dtype)),
-                        AutoTokenizer.from_pretrained(folder), fingerprint="run-tokens")
-    items = backend._items(requests)  # noqa: SLF001 - the engine's own tokenization and plan, without a pass
-    contexts: dict[tuple[str, str], set[tuple[int, ...]]] = {}
-    per_example = 0
-    for item in items:
-        r = requests[item.index]
-        seen = contexts.setdefault((r.task_name, r.example_id), set())
-        per_example += len(item.continuation) + (0 if item.context in seen else len(item.context))
-        seen.add(item.context)
-    return per_example, sum(g.tokens for batch in backend._batches(items) for g in batch)  # noqa: SLF001
+    return shared_context_tokens({t.name: t for t in live.tasks}, dict(zip(ref.dataset_names, ref.example_ids)),
+                                 AutoTokenizer.from_pretrained(spec.split("hf:", 1)[1]), seed=live.seed,
+                                 prefix_space=live.settings.prefix_space)
 
 
 def warm_up(args: argparse.Namespace, work: Path, spec: str) -> None:
@@ -342,8 +324,8 @@ def held_out(args: argparse.Namespace, work: Path, ref: Any) -> list[dict[str, A
     warm_up(args, work, next(iter(heldout.values())))
     rows = []
     for i, (name, spec) in enumerate(heldout.items()):
-        per_example, full_run = run_tokens(args, ref, spec)
-        row: dict[str, Any] = {"model": name, "rounds": [], "evaluate_run_tokens": full_run}
+        shared = shared_tokens(args, ref, spec)
+        row: dict[str, Any] = {"model": name, "rounds": [], "evaluate_shared_tokens": shared}
         for r in range(args.repeats):
             runs = work / f"run-{i}"
             shutil.rmtree(runs, ignore_errors=True)  # fresh stores: nothing is served from an earlier call
@@ -355,10 +337,7 @@ def held_out(args: argparse.Namespace, work: Path, ref: Any) -> list[dict[str, A
                     got["place"] = _place(args, spec, ref, runs / "place", args.profile if i == r == 0 else None)
                 else:
                     got["evaluate"] = _evaluate(args, spec, runs / "evaluate")
-                    if got["evaluate"]["tokens"] != per_example:  # the count must cover evaluate's own requests
-                        raise SystemExit(f"run_tokens counts {per_example} tokens per example, evaluate "
-                                         f"{got['evaluate']['tokens']}: not the same requests")
-                    got["evaluate"]["run_tokens"] = full_run
+                    got["evaluate"]["run_tokens"] = got["evaluate"]["tokens"] - shared
                 got[what]["load_average"] = [before, _load()]
                 print(f"  {name} round {r + 1}: {what} {got[what]['seconds']:.1f} s, {got[what]['cpu_seconds']:.1f} "
                       f"CPU s ({before} -> {got[what]['load_average'][1]})", flush=True)

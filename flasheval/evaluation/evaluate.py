@@ -19,6 +19,7 @@ Everything here is pure given a backend.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,7 @@ __all__ = [
     "evaluation_results",
     "ExampleOutcome",
     "example_tokens",
+    "shared_context_tokens",
     "score_outcomes",
     "score_examples",
     "score_through_store",
@@ -171,6 +173,28 @@ def example_tokens(requests: Sequence[Request], results: Sequence[Result]) -> in
         else:
             total += result.n_tokens
     return total
+
+
+def shared_context_tokens(tasks: Mapping[str, LiveTask], examples: Mapping[str, Sequence[str]], tokenizer: Any, *,
+                          seed: int, prefix_space: bool) -> int:
+    """Tokens that a full run of ``examples`` (example ids per task of ``tasks``) counts per example but does not run.
+
+    :func:`example_tokens` counts each example's contexts once; the engine runs each distinct context of a call once,
+    so a context that ``k`` examples share (Winograd's and Winogrande's twin sentences) is counted ``k`` times and run
+    once. No forward pass: the requests are built (milliseconds) and only the shared contexts are tokenized, by the
+    model's ``tokenizer`` as the engine encodes a context (one token at least; the model's length limit is not
+    applied).
+    """
+    counts: Counter[str] = Counter()
+    for name, ids in examples.items():
+        by_id = build_example_requests(tasks[name], ids, seed=seed, prefix_space=prefix_space)
+        for requests in by_id.values():
+            counts.update({r.context for r in requests})  # type: ignore[union-attr]
+    shared = {context: k - 1 for context, k in counts.items() if k > 1}
+    if not shared:
+        return 0
+    encoded = tokenizer(list(shared)).input_ids
+    return sum(max(1, len(ids)) * extra for ids, extra in zip(encoded, shared.values()))
 
 
 def score_outcomes(task: LiveTask, requests_by_id: Mapping[str, Sequence[Request]],

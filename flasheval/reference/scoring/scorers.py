@@ -13,7 +13,6 @@ over ``score_many``.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -21,7 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from flasheval.engine.base import Backend
-from flasheval.evaluation.evaluate import ExampleOutcome, build_example_requests, score_outcomes, score_requests
+from flasheval.evaluation.evaluate import (ExampleOutcome, build_example_requests, score_outcomes, score_requests,
+                                           shared_context_tokens)
 from flasheval.errors import InputError
 from flasheval.tasks import LiveTask
 
@@ -135,24 +135,9 @@ class LiveScorer(OneTask):
         return out
 
     def shared_context_tokens(self, examples: Mapping[str, Sequence[str]], tokenizer: Any) -> int:
-        """Tokens that a full run of ``examples`` (example ids per task) counts per example but does not run.
-
-        The records count each example's contexts once (:func:`~flasheval.evaluation.evaluate.example_tokens`);
-        the engine runs each distinct context of a call once, so a context that ``k`` examples share (Winograd's and
-        Winogrande's twin sentences) is counted ``k`` times and run once. No forward pass: the requests are built
-        (milliseconds) and only the shared contexts are tokenized, by the model's ``tokenizer`` as the engine
-        encodes a context (one token at least; the model's length limit is not applied).
-        """
-        counts: Counter[str] = Counter()
-        for name, ids in examples.items():
-            by_id = build_example_requests(self._tasks[name], ids, seed=self.seed, prefix_space=self.prefix_space)
-            for requests in by_id.values():
-                counts.update({r.context for r in requests})
-        shared = {context: k - 1 for context, k in counts.items() if k > 1}
-        if not shared:
-            return 0
-        encoded = tokenizer(list(shared)).input_ids
-        return sum(max(1, len(ids)) * extra for ids, extra in zip(encoded, shared.values()))
+        """Tokens that a full run of ``examples`` (example ids per task) counts per example but does not run: the
+        contexts its examples share (:func:`~flasheval.evaluation.evaluate.shared_context_tokens`)."""
+        return shared_context_tokens(self._tasks, examples, tokenizer, seed=self.seed, prefix_space=self.prefix_space)
 
     def examples_json(self) -> list[dict[str, Any]]:
         """:attr:`outcomes` as run records store them (``examples``)."""
